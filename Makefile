@@ -1,0 +1,89 @@
+# torchtpu — two commands: `make run` (set-up + demo) and `make test` (set-up + tests).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+VPY := $(VENV)/bin/python
+STAMP := $(VENV)/.deps-installed
+BUILD := build
+
+CC ?= cc
+CFLAGS_BASE := -std=c11 -g -fPIC -Wall -Wextra -Werror -Iruntime/include -Iruntime/src \
+               -D_POSIX_C_SOURCE=200809L
+CFLAGS := $(CFLAGS_BASE) -O2
+RT_SRCS := $(sort $(wildcard runtime/src/*.c runtime/src/pjrt/*.c runtime/src/ops/*.c))
+RT_HDRS := $(wildcard runtime/include/torchtpu/*.h runtime/src/*.h runtime/src/pjrt/*.h runtime/src/ops/*.h)
+RT_OBJS := $(patsubst runtime/src/%.c,$(BUILD)/rt/%.o,$(RT_SRCS))
+RT_LIB := $(BUILD)/libtorchtpu_rt.a
+CTEST_SRCS := $(sort $(wildcard runtime/tests/*.c))
+CTEST_BIN := $(BUILD)/rt_tests
+
+BIND_SRCS := $(sort $(wildcard torchtpu/csrc/*.cpp))
+BIND_HDRS := $(wildcard torchtpu/csrc/*.h)
+BIND_OBJS := $(patsubst torchtpu/csrc/%.cpp,$(BUILD)/bind/%.o,$(BIND_SRCS))
+BIND_SO := torchtpu/_C.so
+
+.PHONY: all setup runtime binding run test ctest pytest sanitize bench bench-quick conformance clean
+
+all: $(BIND_SO)
+
+# ---- set-up: a venv with pinned dependencies (no build isolation anywhere) ----
+$(STAMP): requirements.txt
+	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install -q --disable-pip-version-check -r requirements.txt
+	touch $@
+setup: $(STAMP)
+
+# ---- C runtime: a static library with its own tests, no torch ----
+$(BUILD)/rt/%.o: runtime/src/%.c $(RT_HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+$(RT_LIB): $(RT_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+runtime: $(RT_LIB)
+
+$(CTEST_BIN): $(CTEST_SRCS) $(RT_LIB) runtime/tests/test.h
+	$(CC) $(CFLAGS) $(CTEST_SRCS) $(RT_LIB) -o $@ $(LDSAN) -ldl -lpthread -lm
+
+# The plugin path the C tests use: the embedded default, from the venv.
+CPU_PLUGIN = $(shell $(VPY) -c "import xla_plugins.xla_cpu_pjrt as m, os; print(os.path.join(os.path.dirname(m.__file__), 'xla_cpu_pjrt.so'))" 2>/dev/null)
+ctest: $(STAMP) $(CTEST_BIN)
+	TORCHTPU_PJRT_PLUGIN=$(CPU_PLUGIN) $(CTEST_BIN)
+
+# ASan + UBSan build of the runtime and its tests (separate build dir).
+sanitize: $(STAMP)
+	$(MAKE) BUILD=build-san CFLAGS="$(CFLAGS_BASE) -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
+	  LDSAN="-fsanitize=address,undefined" build-san/rt_tests
+	ASAN_OPTIONS=detect_leaks=1 TORCHTPU_PJRT_PLUGIN=$(CPU_PLUGIN) build-san/rt_tests
+
+# ---- the C++ binding, built against the torch in the venv ----
+TORCH_FLAGS = $(shell $(VPY) -c "import torch, sysconfig; from torch.utils import cpp_extension as c; print(' '.join(['-I'+p for p in c.include_paths()] + ['-I'+sysconfig.get_paths()['include'], '-D_GLIBCXX_USE_CXX11_ABI=%d' % int(torch._C._GLIBCXX_USE_CXX11_ABI), '-DTORCH_EXTENSION_NAME=_C', '-DTORCH_API_INCLUDE_EXTENSION_H']))")
+TORCH_LIBDIR = $(shell $(VPY) -c "import torch, os; print(os.path.join(os.path.dirname(torch.__file__), 'lib'))")
+CXXFLAGS := -std=c++20 -O2 -g -fPIC -Wall -Wno-unused-parameter -Iruntime/include
+
+$(BUILD)/bind/%.o: torchtpu/csrc/%.cpp $(BIND_HDRS) runtime/include/torchtpu/*.h $(STAMP)
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) $(TORCH_FLAGS) -c $< -o $@
+$(BIND_SO): $(BIND_OBJS) $(RT_LIB)
+	$(CXX) -shared $(BIND_OBJS) $(RT_LIB) -o $@ -L$(TORCH_LIBDIR) -Wl,-rpath,$(TORCH_LIBDIR) \
+	  -ltorch_python -ltorch -ltorch_cpu -lc10 -ldl -lpthread
+binding: $(BIND_SO)
+
+# ---- the two commands ----
+run: $(STAMP) $(BIND_SO)
+	$(VPY) examples/demo.py
+
+test: $(STAMP) $(BIND_SO) ctest
+	$(VPY) -m pytest -q tests
+
+bench: $(STAMP) $(BIND_SO)
+	$(VPY) bench/run.py
+
+bench-quick: $(STAMP) $(BIND_SO)
+	$(VPY) bench/run.py --quick
+
+conformance: $(STAMP) $(BIND_SO)
+	$(VPY) tests/conformance/run_opinfo.py --all --report reports
+
+clean:
+	rm -rf $(BUILD) build-san $(BIND_SO)

@@ -1,0 +1,79 @@
+/* The op table and the API lowerings are written against.
+ *
+ * A lowering is a small pure function: it reads the op's arguments (avals and
+ * static values), emits StableHLO through the builder and returns its results.
+ * It runs only on a cache miss; the cache key is the op, each tensor's
+ * (dtype, sizes, strides) and every static argument. Scalars (TPU_ARG_SCALAR)
+ * are runtime operands, so their values never enter the key.
+ *
+ * Fetch every operand value (tpu_op_tensor / tpu_op_scalar) before opening a
+ * region: they emit the parameter and its view prologue at the current point. */
+#ifndef TORCHTPU_LOWERING_H_
+#define TORCHTPU_LOWERING_H_
+
+#include "torchtpu/builder.h"
+#include "torchtpu/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tpu_op tpu_op_t;
+
+const char* tpu_op_name(const tpu_op_t* op);
+const char* tpu_op_overload(const tpu_op_t* op);
+int tpu_op_nargs(const tpu_op_t* op);
+/* Kind of argument i; TPU_ARG_NONE when i >= nargs (so trailing defaults read as absent). */
+tpu_arg_kind_t tpu_op_kind(const tpu_op_t* op, int i);
+/* Borrowed; NULL when i >= nargs. */
+const tpu_arg_t* tpu_op_arg(const tpu_op_t* op, int i);
+/* The aval of tensor argument i (its view's dtype and sizes). */
+tpu_aval_t tpu_op_aval(const tpu_op_t* op, int i);
+tpu_aval_t tpu_op_list_aval(const tpu_op_t* op, int i, int j);
+int tpu_op_list_len(const tpu_op_t* op, int i);
+
+/* Static values with defaults for absent (NONE / missing) arguments. */
+int64_t tpu_op_int(const tpu_op_t* op, int i, int64_t dflt);
+double tpu_op_float(const tpu_op_t* op, int i, double dflt);
+bool tpu_op_bool(const tpu_op_t* op, int i, bool dflt);
+tpu_dtype_t tpu_op_dtype(const tpu_op_t* op, int i, tpu_dtype_t dflt);
+/* INT_LIST values (also accepts a single INT as a list of one). */
+int tpu_op_ints(const tpu_op_t* op, int i, int64_t* out, int cap);
+
+/* The value of tensor argument i (or list element j), materialised from its
+ * storage through the view prologue. Emits a parameter on first use. */
+tpu_val_t tpu_op_tensor(tpu_builder_t* b, tpu_op_t* op, int i);
+tpu_val_t tpu_op_list_tensor(tpu_builder_t* b, tpu_op_t* op, int i, int j);
+/* Scalar argument i as a 0-d value of dtype `as`: a runtime operand for
+ * TPU_ARG_SCALAR; a constant for TPU_ARG_INT / FLOAT / BOOL. */
+tpu_val_t tpu_op_scalar(tpu_builder_t* b, tpu_op_t* op, int i, tpu_dtype_t as);
+/* The device generator's state for this execution: a tensor<2xi64> operand
+ * {seed, offset}, the offset reserved fresh on every execution. */
+tpu_val_t tpu_op_rng_state(tpu_builder_t* b, tpu_op_t* op);
+
+typedef tpu_status_t* (*tpu_lower_fn_t)(tpu_builder_t* b, tpu_op_t* op, int max_outs,
+                                         tpu_val_t* outs, int* out_nouts);
+typedef struct tpu_lowering {
+  const char* name; /* aten base name: "add", "_softmax", "max" */
+  tpu_lower_fn_t fn;
+} tpu_lowering_t;
+
+/* Family tables, each ending with {NULL, NULL}; see ops/table.c. */
+extern const tpu_lowering_t tpu_lowerings_creation[];
+extern const tpu_lowering_t tpu_lowerings_elementwise[];
+extern const tpu_lowering_t tpu_lowerings_reduce[];
+extern const tpu_lowering_t tpu_lowerings_matmul[];
+extern const tpu_lowering_t tpu_lowerings_nn[];
+extern const tpu_lowering_t tpu_lowerings_index[];
+extern const tpu_lowering_t tpu_lowerings_shape[];
+extern const tpu_lowering_t tpu_lowerings_random[];
+
+tpu_lower_fn_t tpu_lowering_find(const char* name);
+/* Number of distinct lowered names, and of names defined twice (must be 0). */
+int tpu_lowering_count(void);
+int tpu_lowering_table_duplicates(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

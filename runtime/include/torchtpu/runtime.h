@@ -1,0 +1,81 @@
+/* Process-wide runtime: one PJRT client per process, metrics, eager mode, RNG.
+ * All functions are thread-safe. */
+#ifndef TORCHTPU_RUNTIME_H_
+#define TORCHTPU_RUNTIME_H_
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "torchtpu/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TPU_MAX_RANK 16
+
+typedef enum tpu_eager_mode {
+  TPU_EAGER_DEBUG = 0,  /* synchronous: every op waits, errors surface on its line */
+  TPU_EAGER_STRICT = 1, /* asynchronous op by op (default) */
+} tpu_eager_mode_t;
+
+/* Loads the PJRT plugin at `plugin_path` and creates the client. `cpu_devices` is
+ * the CPU plugin's device count (ignored by other plugins; <= 0 means 1).
+ * Idempotent: a second call with any path returns OK if already initialised. */
+tpu_status_t* tpu_runtime_init(const char* plugin_path, int cpu_devices);
+bool tpu_runtime_initialized(void);
+/* Destroys the client; only for tests and sanitizer runs. */
+void tpu_runtime_shutdown(void);
+
+int tpu_runtime_device_count(void);
+/* "cpu", "cuda", "tpu" ... and the plugin's version string; borrowed. */
+const char* tpu_runtime_platform_name(void);
+const char* tpu_runtime_platform_version(void);
+const char* tpu_runtime_device_kind(int device);
+/* PJRT API version of the loaded plugin. */
+void tpu_runtime_api_version(int* out_major, int* out_minor);
+
+void tpu_runtime_set_eager_mode(tpu_eager_mode_t mode);
+tpu_eager_mode_t tpu_runtime_eager_mode(void);
+
+/* Waits until all work issued so far has finished; returns the first async error. */
+tpu_status_t* tpu_runtime_synchronize(void);
+
+/* RNG: a (seed, offset) pair per process; every random op consumes offsets. */
+void tpu_rng_set_seed(uint64_t seed);
+uint64_t tpu_rng_seed(void);
+void tpu_rng_get_state(uint64_t* out_seed, uint64_t* out_offset);
+void tpu_rng_set_state(uint64_t seed, uint64_t offset);
+/* Reserves `n` offsets; returns the first. */
+uint64_t tpu_rng_next(uint64_t n);
+
+/* Metrics (DESIGN.md §10). Counters only grow; live_* are gauges. */
+typedef enum tpu_metric {
+  TPU_METRIC_OPS_EXECUTED = 0,
+  TPU_METRIC_EXECUTIONS,
+  TPU_METRIC_COMPILES,
+  TPU_METRIC_COMPILE_NS,
+  TPU_METRIC_CACHE_HITS,
+  TPU_METRIC_CACHE_MISSES,
+  TPU_METRIC_DISK_CACHE_HITS,
+  TPU_METRIC_DISK_CACHE_MISSES,
+  TPU_METRIC_H2D_TRANSFERS,
+  TPU_METRIC_H2D_BYTES,
+  TPU_METRIC_D2H_TRANSFERS,
+  TPU_METRIC_D2H_BYTES,
+  TPU_METRIC_FALLBACKS,
+  TPU_METRIC_LIVE_BUFFERS,
+  TPU_METRIC_LIVE_BYTES,
+  TPU_METRIC_SYNCS,
+  TPU_METRIC_SLOT_SWAPS,
+  TPU_METRIC_COUNT
+} tpu_metric_t;
+const char* tpu_metric_name(tpu_metric_t m);
+int64_t tpu_metric_get(tpu_metric_t m);
+void tpu_metric_add(tpu_metric_t m, int64_t delta);
+void tpu_metrics_reset(void); /* counters only, not gauges */
+
+#ifdef __cplusplus
+}
+#endif
+#endif

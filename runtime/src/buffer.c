@@ -1,0 +1,237 @@
+/* Reference-counted immutable device buffers over PJRT_Buffer. */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device.h"
+#include "pjrt/pjrt.h"
+
+#define TPU_PRODUCER_MAX 64
+
+struct tpu_buffer {
+  atomic_int refs;
+  /* Set once the producer is known to have finished without error, so later
+   * waits skip creating PJRT events. */
+  atomic_bool ready;
+  PJRT_Buffer* pjrt;
+  tpu_aval_t aval;
+  int device;
+  size_t nbytes;
+  char producer[TPU_PRODUCER_MAX]; /* "" for host uploads */
+};
+
+static const int kPjrtType[] = {
+    [TPU_BOOL] = PJRT_Buffer_Type_PRED, /* 1 byte per element on host, as in PyTorch */
+    [TPU_U8] = PJRT_Buffer_Type_U8,     [TPU_I8] = PJRT_Buffer_Type_S8,
+    [TPU_I16] = PJRT_Buffer_Type_S16,   [TPU_I32] = PJRT_Buffer_Type_S32,
+    [TPU_I64] = PJRT_Buffer_Type_S64,   [TPU_F16] = PJRT_Buffer_Type_F16,
+    [TPU_BF16] = PJRT_Buffer_Type_BF16, [TPU_F32] = PJRT_Buffer_Type_F32,
+    [TPU_F64] = PJRT_Buffer_Type_F64,   [TPU_C64] = PJRT_Buffer_Type_C64,
+    [TPU_C128] = PJRT_Buffer_Type_C128,
+};
+static_assert(sizeof kPjrtType / sizeof kPjrtType[0] == TPU_DTYPE_COUNT, "one type per dtype");
+
+int tpu_dtype_to_pjrt(tpu_dtype_t t) {
+  return tpu_dtype_valid((int)t) ? kPjrtType[t] : PJRT_Buffer_Type_INVALID;
+}
+
+/* Checks an aval before it reaches PJRT and computes its dense size. */
+static tpu_status_t* aval_nbytes(const tpu_aval_t* aval, size_t* out_nbytes) {
+  *out_nbytes = 0;
+  if (!aval) return TPU_STATUS(TPU_INVALID_ARGUMENT, "aval is NULL");
+  if (!tpu_dtype_valid((int)aval->dtype)) {
+    return TPU_STATUS(TPU_INVALID_ARGUMENT, "invalid dtype %d", (int)aval->dtype);
+  }
+  if (aval->rank < 0 || aval->rank > TPU_MAX_RANK) {
+    return TPU_STATUS(TPU_INVALID_ARGUMENT, "rank %d out of range [0, %d]", (int)aval->rank,
+                      TPU_MAX_RANK);
+  }
+  size_t n = tpu_dtype_size(aval->dtype);
+  for (int i = 0; i < aval->rank; i++) {
+    int64_t d = aval->dims[i];
+    if (d < 0) return TPU_STATUS(TPU_INVALID_ARGUMENT, "negative dimension %lld", (long long)d);
+    if (d != 0 && n > SIZE_MAX / (uint64_t)d) {
+      return TPU_STATUS(TPU_INVALID_ARGUMENT, "buffer size overflows");
+    }
+    n *= (size_t)d;
+  }
+  *out_nbytes = n;
+  return NULL;
+}
+
+static const PJRT_Api* api_or_null(void) { return tpu_client_api(); }
+
+static tpu_status_t* not_initialized(void) {
+  return TPU_STATUS(TPU_FAILED_PRECONDITION, "the torchtpu runtime is not initialised");
+}
+
+static void pjrt_buffer_destroy(const PJRT_Api* api, PJRT_Buffer* pjrt) {
+  if (!api || !pjrt) return;
+  TPU_PJRT_ARGS(PJRT_Buffer_Destroy_Args, args, buffer);
+  args.buffer = pjrt;
+  tpu_status_free(TPU_PJRT_CALL(api, Buffer_Destroy, &args));
+}
+
+tpu_status_t* tpu_buffer_wrap(PJRT_Buffer* pjrt, int device, const tpu_aval_t* aval,
+                              const char* producer, tpu_buffer_t** out_buffer) {
+  const PJRT_Api* api = api_or_null();
+  if (out_buffer) *out_buffer = NULL;
+  size_t nbytes = 0;
+  tpu_status_t* status = out_buffer ? aval_nbytes(aval, &nbytes)
+                                    : TPU_STATUS(TPU_INVALID_ARGUMENT, "out_buffer is NULL");
+  if (!status && !pjrt) status = TPU_STATUS(TPU_INTERNAL, "PJRT returned no buffer");
+  tpu_buffer_t* buf = status ? NULL : calloc(1, sizeof *buf);
+  if (!status && !buf) status = TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "out of memory");
+  if (status) {
+    pjrt_buffer_destroy(api, pjrt);
+    return status;
+  }
+  atomic_init(&buf->refs, 1);
+  atomic_init(&buf->ready, false);
+  buf->pjrt = pjrt;
+  buf->aval = *aval;
+  buf->device = device;
+  buf->nbytes = nbytes;
+  if (producer) snprintf(buf->producer, sizeof buf->producer, "%s", producer);
+  tpu_metric_add(TPU_METRIC_LIVE_BUFFERS, 1);
+  tpu_metric_add(TPU_METRIC_LIVE_BYTES, (int64_t)nbytes);
+  *out_buffer = buf;
+  return NULL;
+}
+
+PJRT_Buffer* tpu_buffer_pjrt(const tpu_buffer_t* buf) { return buf ? buf->pjrt : NULL; }
+
+tpu_status_t* tpu_buffer_from_host(int device, const void* data, const tpu_aval_t* aval,
+                                   tpu_buffer_t** out_buffer) {
+  if (!out_buffer) return TPU_STATUS(TPU_INVALID_ARGUMENT, "out_buffer is NULL");
+  *out_buffer = NULL;
+  const PJRT_Api* api = api_or_null();
+  if (!api) return not_initialized();
+  PJRT_Device* pjrt_device = tpu_client_device(device);
+  if (!pjrt_device) {
+    return TPU_STATUS(TPU_INVALID_ARGUMENT, "device %d out of range [0, %d)", device,
+                      tpu_runtime_device_count());
+  }
+  size_t nbytes = 0;
+  TPU_RETURN_IF_ERROR(aval_nbytes(aval, &nbytes));
+  if (!data && nbytes > 0) return TPU_STATUS(TPU_INVALID_ARGUMENT, "host data is NULL");
+  static const char kEmpty[16];
+
+  TPU_PJRT_ARGS(PJRT_Client_BufferFromHostBuffer_Args, args, buffer);
+  args.client = tpu_client_pjrt();
+  args.data = data ? data : kEmpty; /* some plugins dislike NULL even for empty arrays */
+  args.type = tpu_dtype_to_pjrt(aval->dtype);
+  args.dims = aval->dims;
+  args.num_dims = (size_t)aval->rank;
+  /* The plugin copies during the call, so the caller may reuse `data` at once. */
+  args.host_buffer_semantics = PJRT_HostBufferSemantics_ImmutableOnlyDuringCall;
+  args.device = pjrt_device;
+  TPU_RETURN_IF_ERROR(TPU_PJRT_CALL(api, Client_BufferFromHostBuffer, &args));
+  tpu_status_t* status = tpu_pjrt_event_await(api, args.done_with_host_buffer);
+  if (status) {
+    pjrt_buffer_destroy(api, args.buffer);
+    return status;
+  }
+  TPU_RETURN_IF_ERROR(tpu_buffer_wrap(args.buffer, device, aval, NULL, out_buffer));
+  tpu_metric_add(TPU_METRIC_H2D_TRANSFERS, 1);
+  tpu_metric_add(TPU_METRIC_H2D_BYTES, (int64_t)nbytes);
+  return NULL;
+}
+
+static tpu_status_t* annotate(const tpu_buffer_t* buf, tpu_status_t* status) {
+  if (!status || !buf->producer[0]) return status;
+  return tpu_status_annotate(status, "%s", buf->producer);
+}
+
+tpu_status_t* tpu_buffer_check(tpu_buffer_t* buf, bool wait, bool* out_ready) {
+  if (out_ready) *out_ready = false;
+  if (!buf) return TPU_STATUS(TPU_INVALID_ARGUMENT, "buffer is NULL");
+  if (atomic_load_explicit(&buf->ready, memory_order_acquire)) {
+    if (out_ready) *out_ready = true;
+    return NULL;
+  }
+  const PJRT_Api* api = api_or_null();
+  if (!api) return not_initialized();
+  TPU_PJRT_ARGS(PJRT_Buffer_ReadyEvent_Args, ev, event);
+  ev.buffer = buf->pjrt;
+  tpu_status_t* status = TPU_PJRT_CALL(api, Buffer_ReadyEvent, &ev);
+  if (status) {
+    /* A plugin may refuse the event of a poisoned buffer: that is the error. */
+    if (out_ready) *out_ready = true;
+    return annotate(buf, status);
+  }
+  if (wait) {
+    status = tpu_pjrt_event_await(api, ev.event);
+  } else {
+    TPU_PJRT_ARGS(PJRT_Event_IsReady_Args, is_ready, is_ready);
+    is_ready.event = ev.event;
+    status = TPU_PJRT_CALL(api, Event_IsReady, &is_ready);
+    if (!status && !is_ready.is_ready) {
+      tpu_pjrt_event_destroy(api, ev.event);
+      return NULL;
+    }
+    if (!status) {
+      TPU_PJRT_ARGS(PJRT_Event_Error_Args, err, event);
+      err.event = ev.event;
+      status = TPU_PJRT_CALL(api, Event_Error, &err);
+    }
+    tpu_pjrt_event_destroy(api, ev.event);
+  }
+  if (out_ready) *out_ready = true;
+  if (!status) atomic_store_explicit(&buf->ready, true, memory_order_release);
+  return annotate(buf, status);
+}
+
+tpu_status_t* tpu_buffer_await(tpu_buffer_t* buf) {
+  if (!buf) return TPU_STATUS(TPU_INVALID_ARGUMENT, "buffer is NULL");
+  tpu_metric_add(TPU_METRIC_SYNCS, 1);
+  bool ready = false;
+  return tpu_buffer_check(buf, true, &ready);
+}
+
+tpu_status_t* tpu_buffer_to_host(tpu_buffer_t* buf, void* dst, size_t nbytes) {
+  if (!buf) return TPU_STATUS(TPU_INVALID_ARGUMENT, "buffer is NULL");
+  if (nbytes != buf->nbytes) {
+    return TPU_STATUS(TPU_INVALID_ARGUMENT, "to_host: destination has %zu bytes, buffer has %zu",
+                      nbytes, buf->nbytes);
+  }
+  if (!dst && nbytes > 0) return TPU_STATUS(TPU_INVALID_ARGUMENT, "to_host: dst is NULL");
+  tpu_metric_add(TPU_METRIC_SYNCS, 1);
+  /* Wait for the producer first so its failure is reported as the producer's,
+   * not as a transfer error. */
+  bool ready = false;
+  TPU_RETURN_IF_ERROR(tpu_buffer_check(buf, true, &ready));
+  if (nbytes == 0) return NULL;
+  const PJRT_Api* api = api_or_null();
+  if (!api) return not_initialized();
+  TPU_PJRT_ARGS(PJRT_Buffer_ToHostBuffer_Args, args, event);
+  args.src = buf->pjrt;
+  args.host_layout = NULL; /* dense row-major */
+  args.dst = dst;
+  args.dst_size = nbytes;
+  TPU_RETURN_IF_ERROR(TPU_PJRT_CALL(api, Buffer_ToHostBuffer, &args));
+  TPU_RETURN_IF_ERROR(annotate(buf, tpu_pjrt_event_await(api, args.event)));
+  tpu_metric_add(TPU_METRIC_D2H_TRANSFERS, 1);
+  tpu_metric_add(TPU_METRIC_D2H_BYTES, (int64_t)nbytes);
+  return NULL;
+}
+
+tpu_buffer_t* tpu_buffer_retain(tpu_buffer_t* buf) {
+  if (buf) atomic_fetch_add_explicit(&buf->refs, 1, memory_order_relaxed);
+  return buf;
+}
+
+void tpu_buffer_release(tpu_buffer_t* buf) {
+  if (!buf) return;
+  if (atomic_fetch_sub_explicit(&buf->refs, 1, memory_order_acq_rel) != 1) return;
+  /* After a shutdown the client (and its buffers) are gone; only free ours. */
+  pjrt_buffer_destroy(api_or_null(), buf->pjrt);
+  tpu_metric_add(TPU_METRIC_LIVE_BUFFERS, -1);
+  tpu_metric_add(TPU_METRIC_LIVE_BYTES, -(int64_t)buf->nbytes);
+  free(buf);
+}
+
+const tpu_aval_t* tpu_buffer_aval(const tpu_buffer_t* buf) { return buf ? &buf->aval : NULL; }
+int tpu_buffer_device(const tpu_buffer_t* buf) { return buf ? buf->device : -1; }
+size_t tpu_buffer_nbytes(const tpu_buffer_t* buf) { return buf ? buf->nbytes : 0; }

@@ -1,0 +1,175 @@
+/* The in-memory executable cache: a hash table of reference-counted entries and
+ * an LRU list; an evicted entry is freed when its last user lets go. */
+#include "cache.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TPU_CACHE_BUCKETS 4096
+#define TPU_CACHE_DEFAULT_CAPACITY 8192
+
+struct tpu_cache_entry {
+  uint64_t hash;
+  uint8_t* key;
+  size_t len;
+  tpu_compiled_t compiled;
+  atomic_int refs; /* the table holds one */
+  tpu_cache_entry_t* next; /* bucket chain */
+  tpu_cache_entry_t* lru_prev;
+  tpu_cache_entry_t* lru_next;
+};
+
+static pthread_mutex_t tpu_cache_mu = PTHREAD_MUTEX_INITIALIZER;
+static tpu_cache_entry_t* tpu_cache_buckets[TPU_CACHE_BUCKETS];
+static tpu_cache_entry_t* tpu_lru_head; /* most recent */
+static tpu_cache_entry_t* tpu_lru_tail;
+static size_t tpu_cache_count;
+static size_t tpu_cache_capacity;
+
+uint64_t tpu_hash_bytes(const uint8_t* data, size_t len) {
+  uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+  for (size_t i = 0; i < len; ++i) {
+    h ^= data[i];
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
+void tpu_compiled_destroy(tpu_compiled_t* c) {
+  if (!c) return;
+  tpu_executable_destroy(c->exe);
+  free(c->params);
+  free(c->out_avals);
+  memset(c, 0, sizeof(*c));
+}
+
+static void tpu_entry_free(tpu_cache_entry_t* e) {
+  tpu_compiled_destroy(&e->compiled);
+  free(e->key);
+  free(e);
+}
+
+void tpu_cache_entry_release(tpu_cache_entry_t* e) {
+  if (e && atomic_fetch_sub(&e->refs, 1) == 1) tpu_entry_free(e);
+}
+
+const tpu_compiled_t* tpu_cache_entry_compiled(const tpu_cache_entry_t* e) { return &e->compiled; }
+
+static void tpu_lru_unlink(tpu_cache_entry_t* e) {
+  if (e->lru_prev) e->lru_prev->lru_next = e->lru_next;
+  else tpu_lru_head = e->lru_next;
+  if (e->lru_next) e->lru_next->lru_prev = e->lru_prev;
+  else tpu_lru_tail = e->lru_prev;
+  e->lru_prev = e->lru_next = NULL;
+}
+
+static void tpu_lru_push_front(tpu_cache_entry_t* e) {
+  e->lru_next = tpu_lru_head;
+  e->lru_prev = NULL;
+  if (tpu_lru_head) tpu_lru_head->lru_prev = e;
+  tpu_lru_head = e;
+  if (!tpu_lru_tail) tpu_lru_tail = e;
+}
+
+static tpu_cache_entry_t* tpu_cache_find_locked(const uint8_t* key, size_t len, uint64_t hash) {
+  for (tpu_cache_entry_t* e = tpu_cache_buckets[hash % TPU_CACHE_BUCKETS]; e; e = e->next)
+    if (e->hash == hash && e->len == len && memcmp(e->key, key, len) == 0) return e;
+  return NULL;
+}
+
+static void tpu_cache_unlink_locked(tpu_cache_entry_t* e) {
+  tpu_cache_entry_t** p = &tpu_cache_buckets[e->hash % TPU_CACHE_BUCKETS];
+  while (*p && *p != e) p = &(*p)->next;
+  if (*p) *p = e->next;
+  tpu_lru_unlink(e);
+  tpu_cache_count--;
+}
+
+tpu_cache_entry_t* tpu_cache_lookup(const uint8_t* key, size_t len, uint64_t hash) {
+  pthread_mutex_lock(&tpu_cache_mu);
+  tpu_cache_entry_t* e = tpu_cache_find_locked(key, len, hash);
+  if (e) {
+    atomic_fetch_add(&e->refs, 1);
+    if (tpu_lru_head != e) {
+      tpu_lru_unlink(e);
+      tpu_lru_push_front(e);
+    }
+  }
+  pthread_mutex_unlock(&tpu_cache_mu);
+  return e;
+}
+
+static size_t tpu_cache_capacity_get(void) {
+  if (!tpu_cache_capacity) {
+    const char* env = getenv("TORCHTPU_CACHE_CAPACITY");
+    long v = env ? strtol(env, NULL, 10) : 0;
+    tpu_cache_capacity = v > 0 ? (size_t)v : TPU_CACHE_DEFAULT_CAPACITY;
+  }
+  return tpu_cache_capacity;
+}
+
+tpu_status_t* tpu_cache_insert(const uint8_t* key, size_t len, uint64_t hash, tpu_compiled_t* compiled,
+                               tpu_cache_entry_t** out_entry) {
+  *out_entry = NULL;
+  tpu_cache_entry_t* e = calloc(1, sizeof(*e));
+  uint8_t* k = malloc(len ? len : 1);
+  if (!e || !k) {
+    free(e);
+    free(k);
+    tpu_compiled_destroy(compiled);
+    return TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "cache: out of host memory");
+  }
+  memcpy(k, key, len);
+  e->hash = hash;
+  e->key = k;
+  e->len = len;
+  e->compiled = *compiled;
+  memset(compiled, 0, sizeof(*compiled));
+  atomic_init(&e->refs, 2); /* the table's and the caller's */
+  tpu_cache_entry_t* evicted = NULL;
+  pthread_mutex_lock(&tpu_cache_mu);
+  tpu_cache_entry_t* existing = tpu_cache_find_locked(key, len, hash);
+  if (existing) {
+    atomic_fetch_add(&existing->refs, 1);
+    pthread_mutex_unlock(&tpu_cache_mu);
+    tpu_entry_free(e);
+    *out_entry = existing;
+    return NULL;
+  }
+  size_t b = hash % TPU_CACHE_BUCKETS;
+  e->next = tpu_cache_buckets[b];
+  tpu_cache_buckets[b] = e;
+  tpu_lru_push_front(e);
+  tpu_cache_count++;
+  if (tpu_cache_count > tpu_cache_capacity_get() && tpu_lru_tail != e) {
+    evicted = tpu_lru_tail;
+    tpu_cache_unlink_locked(evicted);
+  }
+  pthread_mutex_unlock(&tpu_cache_mu);
+  tpu_cache_entry_release(evicted);
+  *out_entry = e;
+  return NULL;
+}
+
+void tpu_cache_clear(void) {
+  pthread_mutex_lock(&tpu_cache_mu);
+  tpu_cache_entry_t* all = tpu_lru_head;
+  tpu_lru_head = tpu_lru_tail = NULL;
+  memset(tpu_cache_buckets, 0, sizeof(tpu_cache_buckets));
+  tpu_cache_count = 0;
+  pthread_mutex_unlock(&tpu_cache_mu);
+  while (all) {
+    tpu_cache_entry_t* next = all->lru_next;
+    tpu_cache_entry_release(all);
+    all = next;
+  }
+}
+
+size_t tpu_cache_size(void) {
+  pthread_mutex_lock(&tpu_cache_mu);
+  size_t n = tpu_cache_count;
+  pthread_mutex_unlock(&tpu_cache_mu);
+  return n;
+}

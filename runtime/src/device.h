@@ -1,0 +1,46 @@
+/* Internal: the PJRT client, device buffers and executables (src/pjrt/ hides PJRT).
+ *
+ * tpu_buffer_t is a reference-counted immutable device buffer with the aval of
+ * the value that produced it. Buffers from an asynchronous execution may not be
+ * ready yet; errors of that execution surface from tpu_buffer_await /
+ * tpu_buffer_to_host, prefixed with the producing op's name. */
+#ifndef TORCHTPU_SRC_DEVICE_H_
+#define TORCHTPU_SRC_DEVICE_H_
+
+#include <stddef.h>
+
+#include "torchtpu/builder.h"
+#include "torchtpu/runtime.h"
+#include "torchtpu/status.h"
+
+typedef struct tpu_buffer tpu_buffer_t;
+typedef struct tpu_executable tpu_executable_t;
+
+/* Host data is dense row-major of aval's dtype; copied before returning. */
+tpu_status_t* tpu_buffer_from_host(int device, const void* data, const tpu_aval_t* aval,
+                                   tpu_buffer_t** out_buffer);
+/* Waits for the buffer and copies it into `dst` (exactly the buffer's bytes). */
+tpu_status_t* tpu_buffer_to_host(tpu_buffer_t* buf, void* dst, size_t nbytes);
+/* Waits until ready; returns the asynchronous error, if any. */
+tpu_status_t* tpu_buffer_await(tpu_buffer_t* buf);
+tpu_buffer_t* tpu_buffer_retain(tpu_buffer_t* buf);
+void tpu_buffer_release(tpu_buffer_t* buf);
+const tpu_aval_t* tpu_buffer_aval(const tpu_buffer_t* buf);
+int tpu_buffer_device(const tpu_buffer_t* buf);
+size_t tpu_buffer_nbytes(const tpu_buffer_t* buf);
+
+/* Compiles StableHLO text (portable: runs on any device). `nouts` is checked. */
+tpu_status_t* tpu_executable_compile(const char* mlir, size_t len, int nouts,
+                                     tpu_executable_t** out_exe);
+void tpu_executable_destroy(tpu_executable_t* exe);
+/* Runs on `device`; outputs get `out_avals` and remember `producer` (op name,
+ * copied) for error messages. In debug eager mode waits for the outputs. */
+tpu_status_t* tpu_executable_execute(tpu_executable_t* exe, int device, int nargs,
+                                     tpu_buffer_t* const* args, int nouts,
+                                     const tpu_aval_t* out_avals, const char* producer,
+                                     tpu_buffer_t** out_buffers);
+
+/* Records a buffer whose work is in flight so tpu_runtime_synchronize can wait
+ * for it (implemented in the client; bounded list, oldest dropped once ready). */
+void tpu_runtime_track_inflight(tpu_buffer_t* buf); /* retains `buf` */
+#endif

@@ -1,0 +1,95 @@
+/* Internal: storages, the op context lowerings see, the view prologue/epilogue
+ * and the cached executor shared by ops, copies, uploads and resizes. */
+#ifndef TORCHTPU_SRC_EXEC_H_
+#define TORCHTPU_SRC_EXEC_H_
+
+#include "device.h"
+#include "torchtpu/lowering.h"
+#include "torchtpu/tensor.h"
+
+/* ---- storage slots ---- */
+/* Retains and returns the current buffer (NULL: never written, reads as zeros). */
+tpu_buffer_t* tpu_storage_buffer(tpu_storage_t* s);
+/* Swaps in `buf` (retained by the slot); the old buffer is released. */
+void tpu_storage_set_buffer(tpu_storage_t* s, tpu_buffer_t* buf, size_t nbytes);
+
+/* ---- how a tensor argument reaches the executable ---- */
+typedef enum tpu_view_mode {
+  TPU_VIEW_ABSENT = 0,  /* no storage (None entry) */
+  TPU_VIEW_ZEROS,       /* storage never written: a constant zero, no parameter */
+  TPU_VIEW_FULL,        /* the whole buffer, same dtype and element count: reshape only */
+  TPU_VIEW_DYNAMIC,     /* strided window whose offset is a runtime operand */
+  TPU_VIEW_STATIC,      /* strided window or gather with the offset baked in */
+} tpu_view_mode_t;
+
+typedef struct tpu_view_arg {
+  tpu_view_mode_t mode;
+  tpu_buffer_t* buffer; /* retained snapshot of the storage's buffer, or NULL */
+  tpu_aval_t buffer_aval;
+  int64_t storage_elems; /* storage bytes / view itemsize, for ZEROS */
+} tpu_view_arg_t;
+
+tpu_view_mode_t tpu_view_classify(const tpu_tensor_t* t, const tpu_buffer_t* buffer);
+
+/* ---- parameter plan of a compiled op ---- */
+typedef enum tpu_param_kind {
+  TPU_PARAM_BUFFER = 0, /* the storage buffer of tensor (arg, item) */
+  TPU_PARAM_OFFSET,     /* i64 storage offset of tensor (arg, item) */
+  TPU_PARAM_SCALAR,     /* scalar arg converted to dtype */
+  TPU_PARAM_RNG,        /* u64[2] = {seed, offset} drawn at execution */
+} tpu_param_kind_t;
+
+typedef struct tpu_param_src {
+  tpu_param_kind_t kind;
+  int16_t arg, item; /* item: list index, -1 for a plain tensor */
+  tpu_dtype_t dtype; /* SCALAR: the parameter's dtype */
+} tpu_param_src_t;
+
+#define TPU_MAX_PARAMS 256
+#define TPU_MAX_RESULTS 64
+
+struct tpu_op {
+  const char* name;
+  const char* overload;
+  const tpu_arg_t* args;
+  int nargs;
+  /* Per tensor (arg, item): the snapshot and, once emitted, its value. */
+  tpu_view_arg_t* views;   /* indexed by tpu_op_view_index */
+  tpu_val_t* view_vals;    /* materialised values */
+  tpu_val_t* buffer_vals;  /* raw buffer parameters */
+  int nviews;
+  int* view_base;          /* first view index of each arg */
+  tpu_val_t* scalar_vals;  /* per arg, per dtype cache: [arg * TPU_DTYPE_COUNT + dtype] */
+  tpu_param_src_t params[TPU_MAX_PARAMS];
+  int nparams;
+};
+
+int tpu_op_view_index(const tpu_op_t* op, int arg, int item);
+/* The raw storage buffer of tensor (arg, item) as a value (a parameter). */
+tpu_val_t tpu_op_buffer(tpu_builder_t* b, tpu_op_t* op, int arg, int item);
+/* New storage buffer for tensor arg `arg` after writing `value` into its view. */
+tpu_val_t tpu_op_write_view(tpu_builder_t* b, tpu_op_t* op, int arg, tpu_val_t value);
+
+/* View prologue: the value of view `t` read from the flat storage value `flat`
+ * (N elements of t->dtype); offset_val is a 0-d i64 runtime offset or TPU_NOVAL. */
+tpu_val_t tpu_view_read(tpu_builder_t* b, tpu_val_t flat, const tpu_tensor_t* t, tpu_val_t offset_val);
+/* View epilogue: flat with `value` written into view `t`. */
+tpu_val_t tpu_view_write(tpu_builder_t* b, tpu_val_t flat, const tpu_tensor_t* t, tpu_val_t offset_val,
+                         tpu_val_t value);
+/* The storage buffer value as a flat vector of `dtype` (bitcasting if needed). */
+tpu_val_t tpu_view_flatten(tpu_builder_t* b, tpu_val_t buffer, tpu_dtype_t dtype);
+/* Inverse of tpu_view_flatten: back to the buffer's own aval. */
+tpu_val_t tpu_view_unflatten(tpu_builder_t* b, tpu_val_t flat, const tpu_aval_t* buffer_aval);
+
+/* Runs lowering `fn` for op `name` through the cache; returns raw output buffers
+ * (owned) and their count. */
+tpu_status_t* tpu_exec_run(const char* name, const char* overload, tpu_lower_fn_t fn, int device,
+                           const tpu_arg_t* args, int nargs, int max_outs,
+                           tpu_buffer_t** out_buffers, int* out_nouts);
+
+/* Scalar buffers are cached by (device, dtype, bits). Owned reference. */
+tpu_status_t* tpu_scalar_buffer(int device, tpu_dtype_t dtype, const void* bytes,
+                                tpu_buffer_t** out_buffer);
+/* Drops cached scalar buffers (shutdown, tests). */
+void tpu_scalar_cache_clear(void);
+#endif

@@ -1,0 +1,218 @@
+/* Compiling StableHLO text into loaded executables and running them. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "device.h"
+#include "pjrt/pjrt.h"
+
+struct tpu_executable {
+  PJRT_LoadedExecutable* loaded;
+  int nouts;
+};
+
+/* Serialized xla.CompileOptionsProto: compile_portable_executable = true (so
+ * execute_device may pick any device), then executable_build_options {
+ * num_replicas = 1, num_partitions = 1 }. Empty options abort the CPU plugin. */
+static const char kCompileOptions[] = {0x20, 0x01, 0x1a, 0x04, 0x20, 0x01, 0x28, 0x01};
+
+/* Arrays up to this size live on the stack: most ops have a handful. */
+#define TPU_SMALL_ARITY 16
+
+static int64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void loaded_destroy(const PJRT_Api* api, PJRT_LoadedExecutable* loaded) {
+  if (!api || !loaded) return;
+  TPU_PJRT_ARGS(PJRT_LoadedExecutable_Destroy_Args, args, executable);
+  args.executable = loaded;
+  tpu_status_free(TPU_PJRT_CALL(api, LoadedExecutable_Destroy, &args));
+}
+
+static tpu_status_t* num_outputs(const PJRT_Api* api, PJRT_LoadedExecutable* loaded,
+                                 size_t* out_n) {
+  *out_n = 0;
+  TPU_PJRT_ARGS(PJRT_LoadedExecutable_GetExecutable_Args, get, executable);
+  get.loaded_executable = loaded;
+  TPU_RETURN_IF_ERROR(TPU_PJRT_CALL(api, LoadedExecutable_GetExecutable, &get));
+  TPU_PJRT_ARGS(PJRT_Executable_NumOutputs_Args, num, num_outputs);
+  num.executable = get.executable;
+  tpu_status_t* status = TPU_PJRT_CALL(api, Executable_NumOutputs, &num);
+  TPU_PJRT_ARGS(PJRT_Executable_Destroy_Args, destroy, executable);
+  destroy.executable = get.executable;
+  tpu_status_free(TPU_PJRT_CALL(api, Executable_Destroy, &destroy));
+  if (!status) *out_n = num.num_outputs;
+  return status;
+}
+
+tpu_status_t* tpu_executable_compile(const char* mlir, size_t len, int nouts,
+                                     tpu_executable_t** out_exe) {
+  if (!out_exe) return TPU_STATUS(TPU_INVALID_ARGUMENT, "out_exe is NULL");
+  *out_exe = NULL;
+  if (!mlir || len == 0) return TPU_STATUS(TPU_INVALID_ARGUMENT, "empty program");
+  if (nouts < 0) return TPU_STATUS(TPU_INVALID_ARGUMENT, "negative output count %d", nouts);
+  const PJRT_Api* api = tpu_client_api();
+  if (!api) return TPU_STATUS(TPU_FAILED_PRECONDITION, "the torchtpu runtime is not initialised");
+
+  TPU_PJRT_ARGS(PJRT_Program, program, format_size);
+  program.code = (char*)mlir; /* the plugin only reads it */
+  program.code_size = len;
+  program.format = "mlir";
+  program.format_size = 4;
+  TPU_PJRT_ARGS(PJRT_Client_Compile_Args, args, executable);
+  args.client = tpu_client_pjrt();
+  args.program = &program;
+  args.compile_options = kCompileOptions;
+  args.compile_options_size = sizeof kCompileOptions;
+  int64_t t0 = now_ns();
+  tpu_status_t* status = TPU_PJRT_CALL(api, Client_Compile, &args);
+  tpu_metric_add(TPU_METRIC_COMPILES, 1);
+  tpu_metric_add(TPU_METRIC_COMPILE_NS, now_ns() - t0);
+  if (status) return tpu_status_annotate(status, "compile");
+
+  size_t n = 0;
+  status = num_outputs(api, args.executable, &n);
+  if (!status && n != (size_t)nouts) {
+    status = TPU_STATUS(TPU_INTERNAL, "compiled program has %zu outputs, expected %d", n, nouts);
+  }
+  tpu_executable_t* exe = status ? NULL : malloc(sizeof *exe);
+  if (!status && !exe) status = TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "out of memory");
+  if (status) {
+    loaded_destroy(api, args.executable);
+    return status;
+  }
+  exe->loaded = args.executable;
+  exe->nouts = nouts;
+  *out_exe = exe;
+  return NULL;
+}
+
+void tpu_executable_destroy(tpu_executable_t* exe) {
+  if (!exe) return;
+  loaded_destroy(tpu_client_api(), exe->loaded);
+  free(exe);
+}
+
+static tpu_status_t* validate_execute(const tpu_executable_t* exe, int device, int nargs,
+                                      tpu_buffer_t* const* args, int nouts,
+                                      const tpu_aval_t* out_avals) {
+  if (!exe) return TPU_STATUS(TPU_INVALID_ARGUMENT, "executable is NULL");
+  if (!tpu_client_device(device)) {
+    return TPU_STATUS(TPU_INVALID_ARGUMENT, "device %d out of range [0, %d)", device,
+                      tpu_runtime_device_count());
+  }
+  if (nargs < 0 || (nargs > 0 && !args)) {
+    return TPU_STATUS(TPU_INVALID_ARGUMENT, "bad argument list (%d arguments)", nargs);
+  }
+  for (int i = 0; i < nargs; i++) {
+    if (!args[i]) return TPU_STATUS(TPU_INVALID_ARGUMENT, "argument %d is NULL", i);
+    if (tpu_buffer_device(args[i]) != device) {
+      return TPU_STATUS(TPU_INVALID_ARGUMENT, "argument %d is on device %d, executing on %d", i,
+                        tpu_buffer_device(args[i]), device);
+    }
+  }
+  if (nouts != exe->nouts) {
+    return TPU_STATUS(TPU_INVALID_ARGUMENT, "executable has %d outputs, %d requested", exe->nouts,
+                      nouts);
+  }
+  if (nouts > 0 && !out_avals) return TPU_STATUS(TPU_INVALID_ARGUMENT, "out_avals is NULL");
+  return NULL;
+}
+
+/* Wraps the PJRT outputs; on failure every output not yet wrapped is destroyed. */
+static tpu_status_t* wrap_outputs(const PJRT_Api* api, int device, int nouts,
+                                  PJRT_Buffer** outs, const tpu_aval_t* out_avals,
+                                  const char* producer, tpu_buffer_t** out_buffers) {
+  tpu_status_t* status = NULL;
+  for (int i = 0; i < nouts; i++) {
+    if (status) {
+      TPU_PJRT_ARGS(PJRT_Buffer_Destroy_Args, destroy, buffer);
+      destroy.buffer = outs[i];
+      if (outs[i]) tpu_status_free(TPU_PJRT_CALL(api, Buffer_Destroy, &destroy));
+      continue;
+    }
+    status = tpu_buffer_wrap(outs[i], device, &out_avals[i], producer, &out_buffers[i]);
+  }
+  return status;
+}
+
+static void release_all(int n, tpu_buffer_t** bufs) {
+  for (int i = 0; i < n; i++) {
+    tpu_buffer_release(bufs[i]);
+    bufs[i] = NULL;
+  }
+}
+
+tpu_status_t* tpu_executable_execute(tpu_executable_t* exe, int device, int nargs,
+                                     tpu_buffer_t* const* args, int nouts,
+                                     const tpu_aval_t* out_avals, const char* producer,
+                                     tpu_buffer_t** out_buffers) {
+  if (!out_buffers && nouts > 0) return TPU_STATUS(TPU_INVALID_ARGUMENT, "out_buffers is NULL");
+  for (int i = 0; i < nouts; i++) out_buffers[i] = NULL;
+  const PJRT_Api* api = tpu_client_api();
+  if (!api) return TPU_STATUS(TPU_FAILED_PRECONDITION, "the torchtpu runtime is not initialised");
+  TPU_RETURN_IF_ERROR(validate_execute(exe, device, nargs, args, nouts, out_avals));
+  if (!producer) producer = "";
+
+  PJRT_Buffer* arg_small[TPU_SMALL_ARITY];
+  PJRT_Buffer* out_small[TPU_SMALL_ARITY];
+  PJRT_Buffer** arg_list = nargs <= TPU_SMALL_ARITY ? arg_small : calloc((size_t)nargs, sizeof(PJRT_Buffer*));
+  PJRT_Buffer** out_list = nouts <= TPU_SMALL_ARITY ? out_small : calloc((size_t)nouts, sizeof(PJRT_Buffer*));
+  tpu_status_t* status = NULL;
+  if (!arg_list || !out_list) {
+    status = TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "out of memory");
+    goto done;
+  }
+  for (int i = 0; i < nargs; i++) arg_list[i] = tpu_buffer_pjrt(args[i]);
+  for (int i = 0; i < nouts; i++) out_list[i] = NULL;
+
+  TPU_PJRT_ARGS(PJRT_ExecuteOptions, options, num_custom_options);
+  PJRT_Buffer* const* arg_lists[1] = {arg_list};
+  PJRT_Buffer** const out_lists[1] = {out_list};
+  TPU_PJRT_ARGS(PJRT_LoadedExecutable_Execute_Args, call, execute_device);
+  call.executable = exe->loaded;
+  call.options = &options;
+  call.argument_lists = arg_lists;
+  call.num_devices = 1;
+  call.num_args = (size_t)nargs;
+  call.output_lists = out_lists;
+  call.execute_device = tpu_client_device(device);
+  status = TPU_PJRT_CALL(api, LoadedExecutable_Execute, &call);
+  tpu_metric_add(TPU_METRIC_EXECUTIONS, 1);
+  if (status) {
+    /* Nothing is returned on failure; destroy anything a plugin left anyway. */
+    for (int i = 0; i < nouts; i++) {
+      if (!out_list[i]) continue;
+      TPU_PJRT_ARGS(PJRT_Buffer_Destroy_Args, destroy, buffer);
+      destroy.buffer = out_list[i];
+      tpu_status_free(TPU_PJRT_CALL(api, Buffer_Destroy, &destroy));
+    }
+    if (producer[0]) status = tpu_status_annotate(status, "%s", producer);
+    goto done;
+  }
+  status = wrap_outputs(api, device, nouts, out_list, out_avals, producer, out_buffers);
+  if (status) {
+    release_all(nouts, out_buffers);
+    goto done;
+  }
+
+  if (tpu_runtime_eager_mode() == TPU_EAGER_DEBUG) {
+    /* Debug mode: the error surfaces on the op that caused it. */
+    for (int i = 0; i < nouts && !status; i++) {
+      bool ready = false;
+      status = tpu_buffer_check(out_buffers[i], true, &ready);
+    }
+    if (status) release_all(nouts, out_buffers);
+  } else if (nouts > 0) {
+    /* All outputs of one execution become ready together: tracking one is enough. */
+    tpu_runtime_track_inflight(out_buffers[0]);
+  }
+
+done:
+  if (arg_list != arg_small) free(arg_list);
+  if (out_list != out_small) free(out_list);
+  return status;
+}

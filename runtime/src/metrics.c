@@ -1,0 +1,51 @@
+/* Process-wide metrics: relaxed atomic counters, read by torchtpu.metrics(). */
+#include <assert.h>
+#include <stdatomic.h>
+
+#include "torchtpu/runtime.h"
+
+static const char* const kNames[] = {
+    [TPU_METRIC_OPS_EXECUTED] = "ops_executed",
+    [TPU_METRIC_EXECUTIONS] = "executions",
+    [TPU_METRIC_COMPILES] = "compiles",
+    [TPU_METRIC_COMPILE_NS] = "compile_ns",
+    [TPU_METRIC_CACHE_HITS] = "cache_hits",
+    [TPU_METRIC_CACHE_MISSES] = "cache_misses",
+    [TPU_METRIC_DISK_CACHE_HITS] = "disk_cache_hits",
+    [TPU_METRIC_DISK_CACHE_MISSES] = "disk_cache_misses",
+    [TPU_METRIC_H2D_TRANSFERS] = "h2d_transfers",
+    [TPU_METRIC_H2D_BYTES] = "h2d_bytes",
+    [TPU_METRIC_D2H_TRANSFERS] = "d2h_transfers",
+    [TPU_METRIC_D2H_BYTES] = "d2h_bytes",
+    [TPU_METRIC_FALLBACKS] = "fallbacks",
+    [TPU_METRIC_LIVE_BUFFERS] = "live_buffers",
+    [TPU_METRIC_LIVE_BYTES] = "live_bytes",
+    [TPU_METRIC_SYNCS] = "syncs",
+    [TPU_METRIC_SLOT_SWAPS] = "slot_swaps",
+};
+static_assert(sizeof kNames / sizeof kNames[0] == TPU_METRIC_COUNT, "one name per metric");
+
+static _Atomic int64_t g_metrics[TPU_METRIC_COUNT];
+
+static int valid(tpu_metric_t m) { return (int)m >= 0 && m < TPU_METRIC_COUNT; }
+
+/* Gauges describe the present, so a reset must not touch them. */
+static int is_gauge(tpu_metric_t m) {
+  return m == TPU_METRIC_LIVE_BUFFERS || m == TPU_METRIC_LIVE_BYTES;
+}
+
+const char* tpu_metric_name(tpu_metric_t m) { return valid(m) ? kNames[m] : "unknown"; }
+
+int64_t tpu_metric_get(tpu_metric_t m) {
+  return valid(m) ? atomic_load_explicit(&g_metrics[m], memory_order_relaxed) : 0;
+}
+
+void tpu_metric_add(tpu_metric_t m, int64_t delta) {
+  if (valid(m)) atomic_fetch_add_explicit(&g_metrics[m], delta, memory_order_relaxed);
+}
+
+void tpu_metrics_reset(void) {
+  for (int m = 0; m < TPU_METRIC_COUNT; m++) {
+    if (!is_gauge((tpu_metric_t)m)) atomic_store_explicit(&g_metrics[m], 0, memory_order_relaxed);
+  }
+}

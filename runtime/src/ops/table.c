@@ -1,0 +1,58 @@
+/* The op table: family tables merged into one hash map on first use. A name in
+ * two families is a bug, reported by tpu_lowering_table_check (a C test). */
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "torchtpu/lowering.h"
+
+#define TPU_TABLE_SLOTS 2048 /* a power of two, well above the op count */
+
+static const tpu_lowering_t* const tpu_families[] = {
+    tpu_lowerings_creation, tpu_lowerings_elementwise, tpu_lowerings_reduce, tpu_lowerings_matmul,
+    tpu_lowerings_nn,       tpu_lowerings_index,       tpu_lowerings_shape,  tpu_lowerings_random,
+};
+
+static const tpu_lowering_t* tpu_table[TPU_TABLE_SLOTS];
+static int tpu_table_duplicates;
+static pthread_once_t tpu_table_once = PTHREAD_ONCE_INIT;
+
+static uint32_t tpu_name_hash(const char* s) {
+  uint32_t h = 2166136261u;
+  while (*s) h = (h ^ (uint8_t)*s++) * 16777619u;
+  return h;
+}
+
+static void tpu_table_build(void) {
+  for (size_t f = 0; f < sizeof(tpu_families) / sizeof(tpu_families[0]); ++f) {
+    for (const tpu_lowering_t* l = tpu_families[f]; l->name; ++l) {
+      uint32_t i = tpu_name_hash(l->name) & (TPU_TABLE_SLOTS - 1);
+      while (tpu_table[i] && strcmp(tpu_table[i]->name, l->name) != 0) i = (i + 1) & (TPU_TABLE_SLOTS - 1);
+      if (tpu_table[i]) tpu_table_duplicates++;
+      else tpu_table[i] = l;
+    }
+  }
+}
+
+tpu_lower_fn_t tpu_lowering_find(const char* name) {
+  if (!name) return NULL;
+  pthread_once(&tpu_table_once, tpu_table_build);
+  uint32_t i = tpu_name_hash(name) & (TPU_TABLE_SLOTS - 1);
+  while (tpu_table[i]) {
+    if (strcmp(tpu_table[i]->name, name) == 0) return tpu_table[i]->fn;
+    i = (i + 1) & (TPU_TABLE_SLOTS - 1);
+  }
+  return NULL;
+}
+
+int tpu_lowering_table_duplicates(void) {
+  pthread_once(&tpu_table_once, tpu_table_build);
+  return tpu_table_duplicates;
+}
+
+int tpu_lowering_count(void) {
+  pthread_once(&tpu_table_once, tpu_table_build);
+  int n = 0;
+  for (int i = 0; i < TPU_TABLE_SLOTS; ++i) n += tpu_table[i] != NULL;
+  return n;
+}

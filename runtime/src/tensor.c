@@ -1,0 +1,208 @@
+/* The binding's entry points: ops, copies, uploads and downloads. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec.h"
+
+int64_t tpu_tensor_numel(const tpu_tensor_t* t) {
+  int64_t n = 1;
+  for (int i = 0; i < t->rank; ++i) n *= t->sizes[i];
+  return n;
+}
+
+bool tpu_tensor_is_contiguous(const tpu_tensor_t* t) {
+  int64_t expected = 1;
+  for (int i = t->rank - 1; i >= 0; --i) {
+    if (t->sizes[i] == 0) return true;
+    if (t->sizes[i] != 1 && t->strides[i] != expected) return false;
+    expected *= t->sizes[i];
+  }
+  return true;
+}
+
+/* Does the view cover its whole storage, densely, from offset 0? */
+static bool tpu_tensor_covers_storage(const tpu_tensor_t* t) {
+  return t->offset == 0 && tpu_tensor_is_contiguous(t) &&
+         (size_t)tpu_tensor_numel(t) * tpu_dtype_size(t->dtype) == tpu_storage_nbytes(t->storage);
+}
+
+static tpu_tensor_t tpu_tensor_dense(tpu_storage_t* s, tpu_dtype_t dtype, int rank, const int64_t* sizes) {
+  tpu_tensor_t t;
+  memset(&t, 0, sizeof(t));
+  t.storage = s;
+  t.dtype = dtype;
+  t.rank = rank;
+  int64_t st = 1;
+  for (int i = rank - 1; i >= 0; --i) {
+    t.sizes[i] = sizes[i];
+    t.strides[i] = st;
+    st *= sizes[i] ? sizes[i] : 1;
+  }
+  return t;
+}
+
+/* ------------------------------------------------------------------- ops */
+
+tpu_status_t* tpu_op_run(const char* name, const char* overload, int device, const tpu_arg_t* args,
+                         int nargs, int max_results, tpu_result_t* out_results, int* out_nresults) {
+  *out_nresults = 0;
+  tpu_lower_fn_t fn = tpu_lowering_find(name);
+  if (!fn)
+    return TPU_STATUS(TPU_UNIMPLEMENTED, "no lowering for aten::%s%s%s", name, overload && *overload ? "." : "",
+                      overload ? overload : "");
+  tpu_buffer_t* bufs[TPU_MAX_RESULTS];
+  int n = 0;
+  int cap = max_results < TPU_MAX_RESULTS ? max_results : TPU_MAX_RESULTS;
+  tpu_status_t* st = tpu_exec_run(name, overload, fn, device, args, nargs, cap, bufs, &n);
+  if (st) return st;
+  for (int i = 0; i < n; ++i) {
+    const tpu_aval_t* a = tpu_buffer_aval(bufs[i]);
+    tpu_result_t* r = &out_results[i];
+    memset(r, 0, sizeof(*r));
+    if (!st) st = tpu_storage_create(device, tpu_buffer_nbytes(bufs[i]), &r->storage);
+    if (!st) {
+      tpu_storage_set_buffer(r->storage, bufs[i], tpu_buffer_nbytes(bufs[i]));
+      r->dtype = a->dtype;
+      r->rank = a->rank;
+      memcpy(r->sizes, a->dims, sizeof(int64_t) * (size_t)a->rank);
+    }
+    tpu_buffer_release(bufs[i]);
+  }
+  if (st) {
+    for (int i = 0; i < n; ++i) tpu_storage_release(out_results[i].storage);
+    return st;
+  }
+  *out_nresults = n;
+  return NULL;
+}
+
+bool tpu_op_supported(const char* name) { return tpu_lowering_find(name) != NULL; }
+
+/* ----------------------------------------------------------------- copies */
+
+/* copy_: arg 0 is the destination view, arg 1 the source. */
+static tpu_status_t* tpu_lower_copy(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs,
+                                    int* out_nouts) {
+  (void)max_outs;
+  tpu_aval_t dst = tpu_op_aval(op, 0);
+  tpu_val_t v = tpu_op_tensor(b, op, 1);
+  v = tpu_b_convert(b, tpu_b_broadcast_to(b, v, dst.rank, dst.dims), dst.dtype);
+  outs[0] = tpu_op_write_view(b, op, 0, v);
+  *out_nouts = 1;
+  return NULL;
+}
+
+/* Reads a view into a dense value of its own shape. */
+static tpu_status_t* tpu_lower_materialize(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs,
+                                           int* out_nouts) {
+  (void)max_outs;
+  outs[0] = tpu_op_tensor(b, op, 0);
+  *out_nouts = 1;
+  return NULL;
+}
+
+static tpu_status_t* tpu_check_tensor(const tpu_tensor_t* t, const char* what) {
+  if (!t || !t->storage) return TPU_STATUS(TPU_INVALID_ARGUMENT, "%s: tensor has no storage", what);
+  if (t->rank < 0 || t->rank > TPU_MAX_RANK) return TPU_STATUS(TPU_INVALID_ARGUMENT, "%s: rank %d", what, t->rank);
+  if (!tpu_dtype_valid((int)t->dtype)) return TPU_STATUS(TPU_INVALID_ARGUMENT, "%s: invalid dtype", what);
+  return NULL;
+}
+
+tpu_status_t* tpu_tensor_copy(const tpu_tensor_t* dst, const tpu_tensor_t* src) {
+  TPU_RETURN_IF_ERROR(tpu_check_tensor(dst, "copy_"));
+  TPU_RETURN_IF_ERROR(tpu_check_tensor(src, "copy_"));
+  if (tpu_tensor_numel(dst) == 0) return NULL;
+  int device = tpu_storage_device(dst->storage);
+  if (tpu_storage_device(src->storage) != device) {
+    /* Across devices: stage through the host. */
+    size_t n = (size_t)tpu_tensor_numel(src) * tpu_dtype_size(src->dtype);
+    void* host = malloc(n ? n : 1);
+    if (!host) return TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "copy_: out of host memory");
+    tpu_status_t* st = tpu_tensor_download(src, host, n);
+    tpu_storage_t* tmp = NULL;
+    if (!st) st = tpu_storage_create(device, n, &tmp);
+    tpu_tensor_t t = tpu_tensor_dense(tmp, src->dtype, src->rank, src->sizes);
+    if (!st) st = tpu_tensor_upload(&t, host, src->dtype);
+    if (!st) st = tpu_tensor_copy(dst, &t);
+    tpu_storage_release(tmp);
+    free(host);
+    return st;
+  }
+  /* The common case needs no device work: the destination adopts the buffer. */
+  bool same_shape = dst->rank == src->rank && dst->dtype == src->dtype;
+  for (int i = 0; same_shape && i < dst->rank; ++i) same_shape = dst->sizes[i] == src->sizes[i];
+  if (same_shape && tpu_tensor_covers_storage(dst) && tpu_tensor_covers_storage(src)) {
+    tpu_buffer_t* buf = tpu_storage_buffer(src->storage);
+    if (!buf || tpu_buffer_aval(buf)->dtype == src->dtype) {
+      tpu_storage_set_buffer(dst->storage, buf, tpu_storage_nbytes(dst->storage));
+      tpu_buffer_release(buf);
+      return NULL;
+    }
+    tpu_buffer_release(buf);
+  }
+  tpu_arg_t args[2];
+  memset(args, 0, sizeof(args));
+  args[0].kind = TPU_ARG_TENSOR;
+  args[0].u.tensor = *dst;
+  args[1].kind = TPU_ARG_TENSOR;
+  args[1].u.tensor = *src;
+  tpu_buffer_t* out = NULL;
+  int n = 0;
+  TPU_RETURN_IF_ERROR(tpu_exec_run("copy_", "", tpu_lower_copy, device, args, 2, 1, &out, &n));
+  tpu_storage_set_buffer(dst->storage, out, tpu_storage_nbytes(dst->storage));
+  tpu_buffer_release(out);
+  return NULL;
+}
+
+tpu_status_t* tpu_tensor_upload(const tpu_tensor_t* dst, const void* host, tpu_dtype_t host_dtype) {
+  TPU_RETURN_IF_ERROR(tpu_check_tensor(dst, "upload"));
+  if (!tpu_dtype_valid((int)host_dtype)) return TPU_STATUS(TPU_INVALID_ARGUMENT, "upload: invalid host dtype");
+  if (tpu_tensor_numel(dst) == 0) return NULL;
+  int device = tpu_storage_device(dst->storage);
+  tpu_aval_t a = tpu_aval_make(host_dtype, dst->rank, dst->sizes);
+  tpu_buffer_t* buf = NULL;
+  TPU_RETURN_IF_ERROR(tpu_buffer_from_host(device, host, &a, &buf));
+  if (host_dtype == dst->dtype && tpu_tensor_covers_storage(dst)) {
+    tpu_storage_set_buffer(dst->storage, buf, tpu_storage_nbytes(dst->storage));
+    tpu_buffer_release(buf);
+    return NULL;
+  }
+  tpu_storage_t* tmp = NULL;
+  tpu_status_t* st = tpu_storage_create(device, tpu_buffer_nbytes(buf), &tmp);
+  if (!st) {
+    tpu_storage_set_buffer(tmp, buf, tpu_buffer_nbytes(buf));
+    tpu_tensor_t src = tpu_tensor_dense(tmp, host_dtype, dst->rank, dst->sizes);
+    st = tpu_tensor_copy(dst, &src);
+  }
+  tpu_storage_release(tmp);
+  tpu_buffer_release(buf);
+  return st;
+}
+
+tpu_status_t* tpu_tensor_download(const tpu_tensor_t* src, void* host, size_t host_nbytes) {
+  TPU_RETURN_IF_ERROR(tpu_check_tensor(src, "download"));
+  size_t need = (size_t)tpu_tensor_numel(src) * tpu_dtype_size(src->dtype);
+  if (host_nbytes != need)
+    return TPU_STATUS(TPU_INVALID_ARGUMENT, "download: host buffer has %zu bytes, tensor needs %zu", host_nbytes, need);
+  if (need == 0) return NULL;
+  tpu_buffer_t* buf = tpu_storage_buffer(src->storage);
+  tpu_view_mode_t mode = tpu_view_classify(src, buf);
+  if (mode == TPU_VIEW_ZEROS) {
+    memset(host, 0, need);
+    return NULL;
+  }
+  if (mode != TPU_VIEW_FULL) {
+    tpu_buffer_release(buf);
+    buf = NULL;
+    tpu_arg_t arg;
+    memset(&arg, 0, sizeof(arg));
+    arg.kind = TPU_ARG_TENSOR;
+    arg.u.tensor = *src;
+    int n = 0;
+    TPU_RETURN_IF_ERROR(tpu_exec_run("contiguous", "", tpu_lower_materialize, tpu_storage_device(src->storage),
+                                     &arg, 1, 1, &buf, &n));
+  }
+  tpu_status_t* st = tpu_buffer_to_host(buf, host, need);
+  tpu_buffer_release(buf);
+  return st;
+}
