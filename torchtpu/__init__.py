@@ -1,0 +1,147 @@
+"""torchtpu: "tpu" as a native PyTorch (PrivateUse1) device over PJRT.
+
+``import torchtpu`` renames PrivateUse1 to ``tpu``, loads the C++ binding (which
+registers the allocator, device guard, hooks and kernels), initialises the C
+runtime with a PJRT plugin and registers ``torch.tpu``.
+
+Plugin choice (first that applies):
+  1. ``TORCHTPU_PJRT_PLUGIN`` (a path to a PJRT plugin .so);
+  2. libtpu, when the ``libtpu`` package is installed;
+  3. the XLA CUDA plugin (``jax_plugins.xla_cuda13`` / ``xla_cuda12``) when installed
+     and a GPU is visible;
+  4. the XLA CPU plugin from ``xla-cpu-pjrt`` (the embedded default).
+``TORCHTPU_CPU_DEVICES`` sets the CPU plugin's device count (default 1).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+
+import torch
+
+__all__ = [
+    "eager_mode",
+    "get_eager_mode",
+    "metrics",
+    "plugin_path",
+    "reset_metrics",
+    "set_eager_mode",
+    "synchronize",
+]
+
+
+def _package_file(package: str, filename: str) -> str | None:
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    dirs = list(spec.submodule_search_locations or [])
+    if not dirs and spec.origin:
+        dirs = [os.path.dirname(spec.origin)]
+    for d in dirs:
+        path = os.path.join(d, filename)
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+def _choose_plugin() -> str:
+    path = os.environ.get("TORCHTPU_PJRT_PLUGIN")
+    if path:
+        return path
+    path = _package_file("libtpu", "libtpu.so")
+    if path:
+        return path
+    if os.path.exists("/dev/nvidia0"):
+        for pkg in ("jax_plugins.xla_cuda13", "jax_plugins.xla_cuda12"):
+            path = _package_file(pkg, "xla_cuda_plugin.so")
+            if path:
+                return path
+    path = _package_file("xla_plugins.xla_cpu_pjrt", "xla_cpu_pjrt.so")
+    if path:
+        return path
+    raise RuntimeError(
+        "torchtpu: no PJRT plugin found. Set TORCHTPU_PJRT_PLUGIN to a plugin .so, "
+        "or install libtpu, the XLA CUDA plugin, or xla-cpu-pjrt."
+    )
+
+
+torch.utils.rename_privateuse1_backend("tpu")
+
+from . import _C  # noqa: E402  (registers allocator, guard, hooks, kernels)
+
+plugin_path = _choose_plugin()
+_C.init(plugin_path, int(os.environ.get("TORCHTPU_CPU_DEVICES", "1") or "1"))
+
+from . import device_module  # noqa: E402
+
+torch._register_device_module("tpu", device_module)
+torch.utils.generate_methods_for_privateuse1_backend(
+    for_tensor=True, for_module=True, for_storage=True
+)
+
+# ---- eager modes (DESIGN.md §5) ----
+
+_EAGER_MODES = {"debug": 0, "strict": 1}
+_EAGER_NAMES = {v: k for k, v in _EAGER_MODES.items()}
+
+
+def set_eager_mode(mode: str) -> None:
+    """Selects the eager execution mode: "debug" (synchronous) or "strict" (async)."""
+    if not isinstance(mode, str):
+        raise TypeError(f"eager mode must be a string, got {type(mode).__name__}")
+    m = mode.lower()
+    if m == "fused":
+        raise ValueError(
+            "torchtpu: eager mode 'fused' is not implemented yet; use 'strict' or 'debug'"
+        )
+    if m not in _EAGER_MODES:
+        raise ValueError(
+            f"torchtpu: unknown eager mode {mode!r}; expected 'debug' or 'strict'"
+        )
+    _C.set_eager_mode(_EAGER_MODES[m])
+
+
+def get_eager_mode() -> str:
+    """The current eager mode name."""
+    return _EAGER_NAMES.get(_C.eager_mode(), str(_C.eager_mode()))
+
+
+@contextlib.contextmanager
+def eager_mode(mode: str):
+    """Context manager: run the block in eager mode `mode`, then restore."""
+    previous = get_eager_mode()
+    set_eager_mode(mode)
+    try:
+        yield
+    finally:
+        set_eager_mode(previous)
+
+
+if os.environ.get("TORCHTPU_EAGER_MODE"):
+    set_eager_mode(os.environ["TORCHTPU_EAGER_MODE"])
+
+# ---- metrics (DESIGN.md §10) ----
+
+
+def metrics() -> dict:
+    """Runtime counters: ops executed, compiles, cache hits, transfers, ..."""
+    m = dict(_C.metrics())
+    ns = m.get("compile_ns")
+    if ns is not None:
+        m["compile_seconds"] = ns / 1e9
+    return m
+
+
+def reset_metrics() -> None:
+    """Resets the counters (not the live_* gauges)."""
+    _C.reset_metrics()
+
+
+def synchronize() -> None:
+    """Waits for all issued tpu work; raises the first asynchronous error."""
+    _C.synchronize()
