@@ -28,7 +28,8 @@ static const int kPjrtType[] = {
     [TPU_I64] = PJRT_Buffer_Type_S64,   [TPU_F16] = PJRT_Buffer_Type_F16,
     [TPU_BF16] = PJRT_Buffer_Type_BF16, [TPU_F32] = PJRT_Buffer_Type_F32,
     [TPU_F64] = PJRT_Buffer_Type_F64,   [TPU_C64] = PJRT_Buffer_Type_C64,
-    [TPU_C128] = PJRT_Buffer_Type_C128,
+    [TPU_C128] = PJRT_Buffer_Type_C128, [TPU_U16] = PJRT_Buffer_Type_U16,
+    [TPU_U32] = PJRT_Buffer_Type_U32,   [TPU_U64] = PJRT_Buffer_Type_U64,
 };
 static_assert(sizeof kPjrtType / sizeof kPjrtType[0] == TPU_DTYPE_COUNT, "one type per dtype");
 

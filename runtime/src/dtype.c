@@ -26,6 +26,9 @@ static const dtype_info_t kInfo[] = {
     [TPU_F64] = {8, "f64", "float64", true, false, false, true},
     [TPU_C64] = {8, "complex<f32>", "complex64", false, true, false, true},
     [TPU_C128] = {16, "complex<f64>", "complex128", false, true, false, true},
+    [TPU_U16] = {2, "ui16", "uint16", false, false, true, false},
+    [TPU_U32] = {4, "ui32", "uint32", false, false, true, false},
+    [TPU_U64] = {8, "ui64", "uint64", false, false, true, false},
 };
 static_assert(sizeof kInfo / sizeof kInfo[0] == TPU_DTYPE_COUNT, "one row per dtype");
 
@@ -42,20 +45,27 @@ static_assert(sizeof kInfo / sizeof kInfo[0] == TPU_DTYPE_COUNT, "one row per dt
 #define F64 TPU_F64
 #define C64 TPU_C64
 #define C128 TPU_C128
+#define U16 TPU_U16
+#define U32 TPU_U32
+#define U64 TPU_U64
 static const unsigned char kPromote[TPU_DTYPE_COUNT][TPU_DTYPE_COUNT] = {
-    /*          B     U8    I8    I16   I32   I64   F16   BF    F32   F64   C64   C128 */
-    /* B    */ {B, U8, I8, I16, I32, I64, F16, BF, F32, F64, C64, C128},
-    /* U8   */ {U8, U8, I16, I16, I32, I64, F16, BF, F32, F64, C64, C128},
-    /* I8   */ {I8, I16, I8, I16, I32, I64, F16, BF, F32, F64, C64, C128},
-    /* I16  */ {I16, I16, I16, I16, I32, I64, F16, BF, F32, F64, C64, C128},
-    /* I32  */ {I32, I32, I32, I32, I32, I64, F16, BF, F32, F64, C64, C128},
-    /* I64  */ {I64, I64, I64, I64, I64, I64, F16, BF, F32, F64, C64, C128},
-    /* F16  */ {F16, F16, F16, F16, F16, F16, F16, F32, F32, F64, C64, C128},
-    /* BF   */ {BF, BF, BF, BF, BF, BF, F32, BF, F32, F64, C64, C128},
-    /* F32  */ {F32, F32, F32, F32, F32, F32, F32, F32, F32, F64, C64, C128},
-    /* F64  */ {F64, F64, F64, F64, F64, F64, F64, F64, F64, F64, C128, C128},
-    /* C64  */ {C64, C64, C64, C64, C64, C64, C64, C64, C64, C128, C64, C128},
-    /* C128 */ {C128, C128, C128, C128, C128, C128, C128, C128, C128, C128, C128, C128},
+    /*          B     U8    I8    I16   I32   I64   F16   BF    F32   F64   C64   C128  U16  U32  U64 */
+    /* B    */ {B, U8, I8, I16, I32, I64, F16, BF, F32, F64, C64, C128, U16, U32, U64},
+    /* U8   */ {U8, U8, I16, I16, I32, I64, F16, BF, F32, F64, C64, C128, U16, U32, U64},
+    /* I8   */ {I8, I16, I8, I16, I32, I64, F16, BF, F32, F64, C64, C128, I64, I64, I64},
+    /* I16  */ {I16, I16, I16, I16, I32, I64, F16, BF, F32, F64, C64, C128, I64, I64, I64},
+    /* I32  */ {I32, I32, I32, I32, I32, I64, F16, BF, F32, F64, C64, C128, I64, I64, I64},
+    /* I64  */ {I64, I64, I64, I64, I64, I64, F16, BF, F32, F64, C64, C128, I64, I64, I64},
+    /* F16  */ {F16, F16, F16, F16, F16, F16, F16, F32, F32, F64, C64, C128, F16, F16, F16},
+    /* BF   */ {BF, BF, BF, BF, BF, BF, F32, BF, F32, F64, C64, C128, BF, BF, BF},
+    /* F32  */ {F32, F32, F32, F32, F32, F32, F32, F32, F32, F64, C64, C128, F32, F32, F32},
+    /* F64  */ {F64, F64, F64, F64, F64, F64, F64, F64, F64, F64, C128, C128, F64, F64, F64},
+    /* C64  */ {C64, C64, C64, C64, C64, C64, C64, C64, C64, C128, C64, C128, C64, C64, C64},
+    /* C128 */ {C128, C128, C128, C128, C128, C128, C128, C128, C128, C128, C128, C128, C128, C128, C128},
+    /* shell unsigned types: PyTorch leaves mixed integer promotion undefined; we widen */
+    /* U16  */ {U16, U16, I64, I64, I64, I64, F16, BF, F32, F64, C64, C128, U16, U32, U64},
+    /* U32  */ {U32, U32, I64, I64, I64, I64, F16, BF, F32, F64, C64, C128, U32, U32, U64},
+    /* U64  */ {U64, U64, I64, I64, I64, I64, F16, BF, F32, F64, C64, C128, U64, U64, U64},
 };
 #undef B
 #undef U8
@@ -69,6 +79,9 @@ static const unsigned char kPromote[TPU_DTYPE_COUNT][TPU_DTYPE_COUNT] = {
 #undef F64
 #undef C64
 #undef C128
+#undef U16
+#undef U32
+#undef U64
 static_assert(sizeof kPromote / sizeof kPromote[0] == TPU_DTYPE_COUNT, "square table");
 
 bool tpu_dtype_valid(int t) { return t >= 0 && t < TPU_DTYPE_COUNT; }

@@ -141,8 +141,8 @@ static tpu_status_t* tpu_snapshot_take(int device, const tpu_arg_t* args, int na
 
 /* ------------------------------------------------------------- the key */
 
-static void tpu_key_args(tpu_key_t* k, const char* name, const char* overload, const tpu_arg_t* args,
-                         int nargs, const tpu_snapshot_t* s) {
+static void tpu_key_args(tpu_key_t* k, const char* name, const char* overload, unsigned flags,
+                         const tpu_arg_t* args, int nargs, const tpu_snapshot_t* s) {
   tpu_key_str(k, name);
   tpu_key_str(k, overload);
   for (int i = 0; i < nargs; ++i) {
@@ -159,6 +159,10 @@ static void tpu_key_args(tpu_key_t* k, const char* name, const char* overload, c
       case TPU_ARG_SCALAR: {
         int64_t v[2] = {a->u.scalar.dtype, a->u.scalar.wrapped};
         tpu_key_put(k, v, sizeof(v));
+        if (flags & TPU_LOWER_STATIC_SCALARS) {
+          tpu_key_put(k, &a->u.scalar.f, sizeof(double));
+          tpu_key_i64(k, a->u.scalar.i);
+        }
         break;
       }
       case TPU_ARG_INT: tpu_key_i64(k, a->u.i); break;
@@ -307,7 +311,7 @@ static tpu_status_t* tpu_exec_params(const tpu_compiled_t* c, int device, const 
   return NULL;
 }
 
-tpu_status_t* tpu_exec_run(const char* name, const char* overload, tpu_lower_fn_t fn, int device,
+tpu_status_t* tpu_exec_run(const char* name, const char* overload, tpu_lower_fn_t fn, unsigned flags, int device,
                            const tpu_arg_t* args, int nargs, int max_outs, tpu_buffer_t** out_buffers,
                            int* out_nouts) {
   *out_nouts = 0;
@@ -319,7 +323,7 @@ tpu_status_t* tpu_exec_run(const char* name, const char* overload, tpu_lower_fn_
   TPU_RETURN_IF_ERROR(tpu_snapshot_take(device, args, nargs, &s));
   tpu_key_t k;
   tpu_key_init(&k);
-  tpu_key_args(&k, name, overload, args, nargs, &s);
+  tpu_key_args(&k, name, overload, flags, args, nargs, &s);
   tpu_status_t* st = NULL;
   tpu_cache_entry_t* entry = NULL;
   if (k.oom) st = TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "out of host memory");

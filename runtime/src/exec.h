@@ -83,8 +83,8 @@ tpu_val_t tpu_view_unflatten(tpu_builder_t* b, tpu_val_t flat, const tpu_aval_t*
 
 /* Runs lowering `fn` for op `name` through the cache; returns raw output buffers
  * (owned) and their count. */
-tpu_status_t* tpu_exec_run(const char* name, const char* overload, tpu_lower_fn_t fn, int device,
-                           const tpu_arg_t* args, int nargs, int max_outs,
+tpu_status_t* tpu_exec_run(const char* name, const char* overload, tpu_lower_fn_t fn, unsigned flags,
+                           int device, const tpu_arg_t* args, int nargs, int max_outs,
                            tpu_buffer_t** out_buffers, int* out_nouts);
 
 /* Scalar buffers are cached by (device, dtype, bits). Owned reference. */

@@ -159,8 +159,10 @@ tpu_status_t* tpu_executable_execute(tpu_executable_t* exe, int device, int narg
 
   PJRT_Buffer* arg_small[TPU_SMALL_ARITY];
   PJRT_Buffer* out_small[TPU_SMALL_ARITY];
-  PJRT_Buffer** arg_list = nargs <= TPU_SMALL_ARITY ? arg_small : calloc((size_t)nargs, sizeof(PJRT_Buffer*));
-  PJRT_Buffer** out_list = nouts <= TPU_SMALL_ARITY ? out_small : calloc((size_t)nouts, sizeof(PJRT_Buffer*));
+  PJRT_Buffer** arg_list =
+      nargs <= TPU_SMALL_ARITY ? arg_small : calloc((size_t)nargs, sizeof(PJRT_Buffer*));
+  PJRT_Buffer** out_list =
+      nouts <= TPU_SMALL_ARITY ? out_small : calloc((size_t)nouts, sizeof(PJRT_Buffer*));
   tpu_status_t* status = NULL;
   if (!arg_list || !out_list) {
     status = TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "out of memory");

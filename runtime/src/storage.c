@@ -115,7 +115,7 @@ tpu_status_t* tpu_storage_resize(tpu_storage_t* s, size_t nbytes) {
   args[1].u.i = (int64_t)(nbytes / isz);
   tpu_buffer_t* out = NULL;
   int nouts = 0;
-  TPU_RETURN_IF_ERROR(tpu_exec_run("resize_", "", tpu_lower_resize, s->device, args, 2, 1, &out, &nouts));
+  TPU_RETURN_IF_ERROR(tpu_exec_run("resize_", "", tpu_lower_resize, 0, s->device, args, 2, 1, &out, &nouts));
   tpu_storage_set_buffer(s, out, nbytes);
   tpu_buffer_release(out);
   return NULL;

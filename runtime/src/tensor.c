@@ -53,7 +53,7 @@ tpu_status_t* tpu_op_run(const char* name, const char* overload, int device, con
   tpu_buffer_t* bufs[TPU_MAX_RESULTS];
   int n = 0;
   int cap = max_results < TPU_MAX_RESULTS ? max_results : TPU_MAX_RESULTS;
-  tpu_status_t* st = tpu_exec_run(name, overload, fn, device, args, nargs, cap, bufs, &n);
+  tpu_status_t* st = tpu_exec_run(name, overload, fn, tpu_lowering_flags(name), device, args, nargs, cap, bufs, &n);
   if (st) return st;
   for (int i = 0; i < n; ++i) {
     const tpu_aval_t* a = tpu_buffer_aval(bufs[i]);
@@ -148,7 +148,7 @@ tpu_status_t* tpu_tensor_copy(const tpu_tensor_t* dst, const tpu_tensor_t* src) 
   args[1].u.tensor = *src;
   tpu_buffer_t* out = NULL;
   int n = 0;
-  TPU_RETURN_IF_ERROR(tpu_exec_run("copy_", "", tpu_lower_copy, device, args, 2, 1, &out, &n));
+  TPU_RETURN_IF_ERROR(tpu_exec_run("copy_", "", tpu_lower_copy, 0, device, args, 2, 1, &out, &n));
   tpu_storage_set_buffer(dst->storage, out, tpu_storage_nbytes(dst->storage));
   tpu_buffer_release(out);
   return NULL;
@@ -199,7 +199,7 @@ tpu_status_t* tpu_tensor_download(const tpu_tensor_t* src, void* host, size_t ho
     arg.kind = TPU_ARG_TENSOR;
     arg.u.tensor = *src;
     int n = 0;
-    TPU_RETURN_IF_ERROR(tpu_exec_run("contiguous", "", tpu_lower_materialize, tpu_storage_device(src->storage),
+    TPU_RETURN_IF_ERROR(tpu_exec_run("contiguous", "", tpu_lower_materialize, 0, tpu_storage_device(src->storage),
                                      &arg, 1, 1, &buf, &n));
   }
   tpu_status_t* st = tpu_buffer_to_host(buf, host, need);

@@ -24,6 +24,9 @@ typedef enum tpu_dtype {
   TPU_F64,
   TPU_C64,
   TPU_C128,
+  TPU_U16, /* the shell unsigned types: bit patterns (RNG), few ops */
+  TPU_U32,
+  TPU_U64,
   TPU_DTYPE_COUNT
 } tpu_dtype_t;
 

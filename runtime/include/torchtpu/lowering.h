@@ -53,6 +53,13 @@ tpu_val_t tpu_op_rng_state(tpu_builder_t* b, tpu_op_t* op);
 
 typedef tpu_status_t* (*tpu_lower_fn_t)(tpu_builder_t* b, tpu_op_t* op, int max_outs,
                                          tpu_val_t* outs, int* out_nouts);
+/* Lowering flags. */
+enum {
+  /* Scalar values are static: part of the cache key, readable with tpu_op_float /
+   * tpu_op_int. For ops whose output shape depends on them (arange, linspace). */
+  TPU_LOWER_STATIC_SCALARS = 1u << 0,
+};
+
 typedef struct tpu_lowering {
   const char* name; /* aten base name: "add", "_softmax", "max" */
   tpu_lower_fn_t fn;
@@ -69,6 +76,8 @@ extern const tpu_lowering_t tpu_lowerings_shape[];
 extern const tpu_lowering_t tpu_lowerings_random[];
 
 tpu_lower_fn_t tpu_lowering_find(const char* name);
+/* TPU_LOWER_* flags of an op (listed in ops/table.c). */
+unsigned tpu_lowering_flags(const char* name);
 /* Number of distinct lowered names, and of names defined twice (must be 0). */
 int tpu_lowering_count(void);
 int tpu_lowering_table_duplicates(void);

@@ -34,15 +34,29 @@ static void tpu_table_build(void) {
   }
 }
 
-tpu_lower_fn_t tpu_lowering_find(const char* name) {
+/* Ops whose output shape depends on Scalar values: those values join the key. */
+static const char* const tpu_static_scalar_ops[] = {"arange", "linspace", "logspace", "range"};
+
+unsigned tpu_lowering_flags(const char* name) {
+  for (size_t i = 0; i < sizeof(tpu_static_scalar_ops) / sizeof(tpu_static_scalar_ops[0]); ++i)
+    if (strcmp(name, tpu_static_scalar_ops[i]) == 0) return TPU_LOWER_STATIC_SCALARS;
+  return 0;
+}
+
+static const tpu_lowering_t* tpu_lowering_lookup(const char* name) {
   if (!name) return NULL;
   pthread_once(&tpu_table_once, tpu_table_build);
   uint32_t i = tpu_name_hash(name) & (TPU_TABLE_SLOTS - 1);
   while (tpu_table[i]) {
-    if (strcmp(tpu_table[i]->name, name) == 0) return tpu_table[i]->fn;
+    if (strcmp(tpu_table[i]->name, name) == 0) return tpu_table[i];
     i = (i + 1) & (TPU_TABLE_SLOTS - 1);
   }
   return NULL;
+}
+
+tpu_lower_fn_t tpu_lowering_find(const char* name) {
+  const tpu_lowering_t* l = tpu_lowering_lookup(name);
+  return l ? l->fn : NULL;
 }
 
 int tpu_lowering_table_duplicates(void) {

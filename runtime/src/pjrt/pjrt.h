@@ -22,7 +22,8 @@
  *     }
  *   }
  * compiles as written (func.func keeps its custom syntax; the body ops are
- * generic). Bad MLIR comes back as INVALID_ARGUMENT, not an abort. */
+ * generic). Bad MLIR comes back as an error status (the CPU plugin says
+ * UNKNOWN, "Failed to parse using StableHLO v1.13.3"), not an abort. */
 #ifndef TORCHTPU_SRC_PJRT_PJRT_H_
 #define TORCHTPU_SRC_PJRT_PJRT_H_
 

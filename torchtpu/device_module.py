@@ -1,0 +1,186 @@
+"""``torch.tpu``: the device module registered by ``import torchtpu``.
+
+Mirrors the parts of ``torch.cuda`` that generic PyTorch code (``torch.manual_seed``,
+``torch.random.fork_rng``, ``Tensor.tpu()``, ``Module.tpu()``) looks up on a device
+module. The RNG state (seed, offset) lives in the C runtime and is process-wide.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from typing import Any
+
+import torch
+
+from . import _C
+
+__all__ = [
+    "current_device",
+    "device",
+    "device_count",
+    "get_device_name",
+    "get_device_properties",
+    "get_rng_state",
+    "get_rng_state_all",
+    "initial_seed",
+    "is_available",
+    "is_initialized",
+    "manual_seed",
+    "manual_seed_all",
+    "seed",
+    "seed_all",
+    "set_device",
+    "set_rng_state",
+    "set_rng_state_all",
+    "synchronize",
+]
+
+
+def is_available() -> bool:
+    return _C.is_initialized() and _C.device_count() > 0
+
+
+def is_initialized() -> bool:
+    return _C.is_initialized()
+
+
+def _lazy_init() -> None:
+    # The runtime is initialised by ``import torchtpu``; nothing is lazy.
+    pass
+
+
+def _is_in_bad_fork() -> bool:
+    return False
+
+
+def device_count() -> int:
+    return _C.device_count()
+
+
+def _index(dev: Any = None, optional: bool = True) -> int:
+    if dev is None:
+        return _C.current_device()
+    if isinstance(dev, str):
+        dev = torch.device(dev)
+    if isinstance(dev, torch.device):
+        if dev.type != "tpu":
+            raise ValueError(f"expected a tpu device, got {dev}")
+        return _C.current_device() if dev.index is None else dev.index
+    return int(dev)
+
+
+def current_device() -> int:
+    return _C.current_device()
+
+
+def set_device(dev: Any) -> None:
+    idx = _index(dev)
+    if idx >= 0:
+        _C.set_device(idx)
+
+
+class device:
+    """Context manager that changes the current tpu device."""
+
+    def __init__(self, dev: Any):
+        self.idx = -1 if dev is None else _index(dev)
+        self.prev_idx = -1
+
+    def __enter__(self):
+        self.prev_idx = _C.current_device()
+        if self.idx >= 0 and self.idx != self.prev_idx:
+            _C.set_device(self.idx)
+        return self
+
+    def __exit__(self, *exc):
+        if self.idx >= 0 and self.idx != self.prev_idx:
+            _C.set_device(self.prev_idx)
+        return False
+
+
+def synchronize(device: Any = None) -> None:
+    """Waits for all work issued on the tpu devices."""
+    _C.synchronize()
+
+
+def _api_version() -> str:
+    major, minor = _C.api_version()
+    return f"{major}.{minor}"
+
+
+def get_device_name(device: Any = None) -> str:
+    """A truthful name: the PJRT platform behind "tpu", e.g. "PJRT cpu (...)"."""
+    idx = _index(device)
+    platform = _C.platform_name()
+    kind = _C.device_kind(idx) if 0 <= idx < device_count() else ""
+    version = _C.platform_version()
+    parts = [p for p in (kind, f"plugin version {version}" if version else "",
+                         f"PJRT API {_api_version()}") if p]
+    return f"PJRT {platform} ({', '.join(parts)})"
+
+
+class _DeviceProperties:
+    def __init__(self, idx: int):
+        self.index = idx
+        self.name = get_device_name(idx)
+        self.platform = _C.platform_name()
+        self.platform_version = _C.platform_version()
+        self.device_kind = _C.device_kind(idx)
+        self.pjrt_api_version = _C.api_version()
+
+    def __repr__(self) -> str:
+        return (f"_TpuDeviceProperties(name={self.name!r}, index={self.index}, "
+                f"platform={self.platform!r}, device_kind={self.device_kind!r})")
+
+
+def get_device_properties(device: Any = None) -> _DeviceProperties:
+    idx = _index(device)
+    if not 0 <= idx < device_count():
+        raise AssertionError(f"Invalid device id {idx}")
+    return _DeviceProperties(idx)
+
+
+# ---- RNG: one (seed, offset) pair in the C runtime ----
+
+def manual_seed(seed: int) -> None:
+    _C.manual_seed(int(seed) & 0xFFFF_FFFF_FFFF_FFFF)
+
+
+def manual_seed_all(seed: int) -> None:
+    manual_seed(seed)
+
+
+def seed() -> None:
+    manual_seed(int.from_bytes(os.urandom(8), "little") & (2**63 - 1))
+
+
+def seed_all() -> None:
+    seed()
+
+
+def initial_seed() -> int:
+    return _C.initial_seed()
+
+
+def get_rng_state(device: Any = "tpu") -> torch.Tensor:
+    """The RNG state as a cpu uint8 tensor of 16 bytes: (seed, offset) little-endian."""
+    s, off = _C.get_rng_state()
+    return torch.frombuffer(bytearray(struct.pack("<QQ", s, off)), dtype=torch.uint8)
+
+
+def set_rng_state(new_state: torch.Tensor, device: Any = "tpu") -> None:
+    state = new_state.detach().to("cpu", torch.uint8).contiguous()
+    if state.numel() != 16:
+        raise ValueError("tpu RNG state must hold 16 bytes (seed, offset)")
+    s, off = struct.unpack("<QQ", bytes(state.tolist()))
+    _C.set_rng_state(s, off)
+
+
+def get_rng_state_all() -> list:
+    return [get_rng_state(i) for i in range(device_count())]
+
+
+def set_rng_state_all(new_states) -> None:
+    for st in new_states:
+        set_rng_state(st)
