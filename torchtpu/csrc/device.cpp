@@ -151,21 +151,15 @@ struct TpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   void uncheckedSetDevice(c10::Device d) const noexcept override {
     if (d.has_index()) tls_device = d.index();
   }
-  c10::Stream getStream(c10::Device d) const override {
-    return c10::Stream(c10::Stream::DEFAULT, d);
+  static c10::Stream default_stream(c10::Device d) {
+    return c10::Stream(c10::Stream::DEFAULT,
+                       c10::Device(kTpu, d.has_index() ? d.index() : current_device()));
   }
-  c10::Stream getDefaultStream(c10::Device d) const override {
-    return c10::Stream(c10::Stream::DEFAULT, d);
-  }
-  c10::Stream getStreamFromGlobalPool(c10::Device d, bool) const override {
-    return c10::Stream(c10::Stream::DEFAULT, d);
-  }
-  c10::Stream getNewStream(c10::Device d, int) const override {
-    return c10::Stream(c10::Stream::DEFAULT, d);
-  }
-  c10::Stream exchangeStream(c10::Stream s) const override {
-    return c10::Stream(c10::Stream::DEFAULT, s.device());
-  }
+  c10::Stream getStream(c10::Device d) const override { return default_stream(d); }
+  c10::Stream getDefaultStream(c10::Device d) const override { return default_stream(d); }
+  c10::Stream getStreamFromGlobalPool(c10::Device d, bool) const override { return default_stream(d); }
+  c10::Stream getNewStream(c10::Device d, int) const override { return default_stream(d); }
+  c10::Stream exchangeStream(c10::Stream s) const override { return default_stream(s.device()); }
   c10::DeviceIndex deviceCount() const noexcept override {
     return static_cast<c10::DeviceIndex>(device_count());
   }

@@ -1,0 +1,45 @@
+"""Bad input raises a Python exception naming the op and the cause; the process never aborts."""
+import pytest
+import torch
+
+
+def test_shape_mismatch():
+    a = torch.ones(2, 3, device="tpu")
+    b = torch.ones(4, device="tpu")
+    with pytest.raises(RuntimeError, match="size of tensor"):
+        (a + b).cpu()
+    with pytest.raises(RuntimeError, match="cannot be multiplied"):
+        (a @ torch.ones(4, 2, device="tpu")).cpu()
+
+
+def test_two_devices():
+    with pytest.raises(RuntimeError, match="same device"):
+        torch.ones(3, device="tpu") + torch.ones(3)
+
+
+def test_out_of_range_python_index():
+    x = torch.ones(3, device="tpu")
+    with pytest.raises(IndexError):
+        x[5]
+    with pytest.raises(IndexError):
+        x.sum(dim=3)
+
+
+def test_op_without_lowering_names_the_op():
+    x = torch.ones(3, device="tpu")
+    with pytest.raises(NotImplementedError, match=r"aten::_fft_r2c"):
+        torch.fft.rfft(x)
+
+
+def test_wrong_dtype():
+    with pytest.raises(RuntimeError):
+        torch.ones(3, device="tpu").add_(torch.ones(3, device="tpu"), alpha=1).long().add_(0.5)
+    with pytest.raises(RuntimeError):
+        torch.mm(torch.ones(2, 2, device="tpu"), torch.ones(2, 2, device="tpu", dtype=torch.bfloat16))
+
+
+def test_process_survives_errors():
+    for _ in range(3):
+        with pytest.raises(Exception):
+            torch.ones(2, 3, device="tpu") + torch.ones(4, device="tpu")
+    assert (torch.ones(2, device="tpu") + 1).sum().item() == 4.0
