@@ -30,6 +30,8 @@ all: $(BIND_SO)
 $(STAMP): requirements.txt
 	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install -q --disable-pip-version-check -r requirements.txt
+	# A development install: the venv imports torchtpu from this checkout.
+	$(VPY) -c "import site, os; open(os.path.join(site.getsitepackages()[0], 'torchtpu-dev.pth'), 'w').write(os.getcwd() + '\\n')"
 	touch $@
 setup: $(STAMP)
 

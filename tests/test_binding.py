@@ -470,3 +470,27 @@ def test_plugin_override_env():
     )
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.strip().endswith(torchtpu.plugin_path)
+
+
+def test_repr():
+    t = torch.arange(6.0).reshape(2, 3).to("tpu")
+    s = repr(t)
+    assert "device='tpu:0'" in s
+    assert s.replace(", device='tpu:0'", "") == repr(torch.arange(6.0).reshape(2, 3))
+    assert "dtype=torch.bfloat16" in repr(t.to(torch.bfloat16))
+    assert repr(torch.empty(0, device="tpu")) == "tensor([], device='tpu:0')"
+
+
+def test_batch_norm_updates_running_stats():
+    x = torch.arange(12.0).reshape(4, 3)
+    for training in (True, False):
+        m, v = torch.zeros(3).to("tpu"), torch.ones(3).to("tpu")
+        try:
+            y = torch.nn.functional.batch_norm(x.to("tpu"), m, v, training=training)
+        except NotImplementedError:
+            pytest.skip("batch norm has no lowering yet")
+        mc, vc = torch.zeros(3), torch.ones(3)
+        yc = torch.nn.functional.batch_norm(x, mc, vc, training=training)
+        torch.testing.assert_close(y.cpu(), yc)
+        torch.testing.assert_close(m.cpu(), mc)
+        torch.testing.assert_close(v.cpu(), vc)

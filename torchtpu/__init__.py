@@ -75,6 +75,8 @@ torch.utils.rename_privateuse1_backend("tpu")
 from . import _C  # noqa: E402  (registers allocator, guard, hooks, kernels)
 
 plugin_path = _choose_plugin()
+# XLA's INFO lines ("cpu_device_count set via create_options") are noise for users.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 _C.init(plugin_path, int(os.environ.get("TORCHTPU_CPU_DEVICES", "1") or "1"))
 
 from . import device_module  # noqa: E402
@@ -83,6 +85,25 @@ torch._register_device_module("tpu", device_module)
 torch.utils.generate_methods_for_privateuse1_backend(
     for_tensor=True, for_module=True, for_storage=True
 )
+
+# Printing a tensor runs many small ops (abs, masked_select, min/max ...) on
+# its device; as PyTorch does for xla/lazy tensors, format tpu tensors from a
+# host copy instead (one transfer, no compiles). The device suffix is computed
+# before this hook, so the repr still says device='tpu:0'.
+import torch._tensor_str as _tensor_str_mod  # noqa: E402
+
+if hasattr(_tensor_str_mod, "_tensor_str") and not getattr(
+    _tensor_str_mod._tensor_str, "_torchtpu", False
+):
+    _orig_tensor_str = _tensor_str_mod._tensor_str
+
+    def _tpu_tensor_str(self, indent):
+        if self.device.type == "tpu":
+            self = self.to("cpu")
+        return _orig_tensor_str(self, indent)
+
+    _tpu_tensor_str._torchtpu = True
+    _tensor_str_mod._tensor_str = _tpu_tensor_str
 
 # ---- eager modes (DESIGN.md §5) ----
 

@@ -43,6 +43,23 @@ static tpu_tensor_t tpu_tensor_dense(tpu_storage_t* s, tpu_dtype_t dtype, int ra
 
 /* ------------------------------------------------------------------- ops */
 
+/* Reads and drops the trailing lengths vector of a dynamic-shape op. */
+static tpu_status_t* tpu_read_lengths(const char* name, tpu_buffer_t** bufs, int* n, int64_t* lengths) {
+  if (*n < 1) return TPU_STATUS(TPU_INTERNAL, "%s: dynamic-shape op without its lengths", name);
+  tpu_buffer_t* lb = bufs[--*n];
+  const tpu_aval_t* a = tpu_buffer_aval(lb);
+  tpu_status_t* st = NULL;
+  if (a->dtype != TPU_I64 || a->rank != 1 || a->dims[0] != *n)
+    st = TPU_STATUS(TPU_INTERNAL, "%s: lengths must be i64[%d]", name, *n);
+  if (!st) st = tpu_buffer_to_host(lb, lengths, sizeof(int64_t) * (size_t)*n);
+  tpu_buffer_release(lb);
+  if (st) {
+    for (int i = 0; i < *n; ++i) tpu_buffer_release(bufs[i]);
+    *n = 0;
+  }
+  return st;
+}
+
 tpu_status_t* tpu_op_run(const char* name, const char* overload, int device, const tpu_arg_t* args,
                          int nargs, int max_results, tpu_result_t* out_results, int* out_nresults) {
   *out_nresults = 0;
@@ -52,9 +69,13 @@ tpu_status_t* tpu_op_run(const char* name, const char* overload, int device, con
                       overload ? overload : "");
   tpu_buffer_t* bufs[TPU_MAX_RESULTS];
   int n = 0;
-  int cap = max_results < TPU_MAX_RESULTS ? max_results : TPU_MAX_RESULTS;
-  tpu_status_t* st = tpu_exec_run(name, overload, fn, tpu_lowering_flags(name), device, args, nargs, cap, bufs, &n);
+  unsigned flags = tpu_lowering_flags(name);
+  int cap = max_results < TPU_MAX_RESULTS - 1 ? max_results : TPU_MAX_RESULTS - 1;
+  if (flags & TPU_LOWER_DYNAMIC_SHAPE) cap++;
+  tpu_status_t* st = tpu_exec_run(name, overload, fn, flags, device, args, nargs, cap, bufs, &n);
   if (st) return st;
+  int64_t lengths[TPU_MAX_RESULTS];
+  if (flags & TPU_LOWER_DYNAMIC_SHAPE) st = tpu_read_lengths(name, bufs, &n, lengths);
   for (int i = 0; i < n; ++i) {
     const tpu_aval_t* a = tpu_buffer_aval(bufs[i]);
     tpu_result_t* r = &out_results[i];
@@ -65,6 +86,8 @@ tpu_status_t* tpu_op_run(const char* name, const char* overload, int device, con
       r->dtype = a->dtype;
       r->rank = a->rank;
       memcpy(r->sizes, a->dims, sizeof(int64_t) * (size_t)a->rank);
+      if ((flags & TPU_LOWER_DYNAMIC_SHAPE) && a->rank > 0 && lengths[i] >= 0 && lengths[i] <= a->dims[0])
+        r->sizes[0] = lengths[i];
     }
     tpu_buffer_release(bufs[i]);
   }

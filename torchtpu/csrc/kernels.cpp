@@ -4,6 +4,7 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/native/Resize.h>
+#include <ATen/ops/_native_batch_norm_legit.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/unfold_native.h>
@@ -231,6 +232,21 @@ at::Scalar tpu_local_scalar_dense(const at::Tensor& self) {
   return tmp.item();
 }
 
+// aten::native_batch_norm's schema does not mark running_mean/var as mutated,
+// so the boxed fallback could not write the updated statistics back. Route it
+// to _native_batch_norm_legit, whose schema does (Tensor(a!) running_mean).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> tpu_native_batch_norm(
+    const at::Tensor& input, const std::optional<at::Tensor>& weight,
+    const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& running_mean,
+    const std::optional<at::Tensor>& running_var, bool training, double momentum, double eps) {
+  if (running_mean && running_mean->defined() && running_var && running_var->defined()) {
+    at::Tensor rm = *running_mean;
+    at::Tensor rv = *running_var;
+    return at::_native_batch_norm_legit(input, weight, bias, rm, rv, training, momentum, eps);
+  }
+  return at::_native_batch_norm_legit(input, weight, bias, training, momentum, eps);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -251,6 +267,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_copy_from", TORCH_FN(tpu_copy_from));
   m.impl("_copy_from_and_resize", TORCH_FN(tpu_copy_from_and_resize));
   m.impl("_local_scalar_dense", TORCH_FN(tpu_local_scalar_dense));
+  m.impl("native_batch_norm", TORCH_FN(tpu_native_batch_norm));
 }
 
 }  // namespace torchtpu

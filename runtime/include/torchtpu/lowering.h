@@ -58,6 +58,11 @@ enum {
   /* Scalar values are static: part of the cache key, readable with tpu_op_float /
    * tpu_op_int. For ops whose output shape depends on them (arange, linspace). */
   TPU_LOWER_STATIC_SCALARS = 1u << 0,
+  /* Data-dependent output shapes (nonzero, masked_select, unique): the lowering
+   * returns its results padded to an upper bound, then one more value, a 1-D i64
+   * vector with the true dim-0 length of each result (-1: keep). The runtime reads
+   * it (a sync point) and trims the results' sizes; storages stay padded. */
+  TPU_LOWER_DYNAMIC_SHAPE = 1u << 1,
 };
 
 typedef struct tpu_lowering {

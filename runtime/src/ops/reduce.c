@@ -1,6 +1,803 @@
-/* Lowerings: reduce family. */
+/* Lowerings: reduce family — reductions (sum, mean, prod, amax, any ...), arg
+ * reductions (max.dim, argmax ...), moments (var, std), vector norms, scans
+ * (cumsum, cummax, logcumsumexp ...) and softmax with its backward.
+ *
+ * PyTorch's rules followed throughout: f16/bf16 accumulate in f32 (opmath) and
+ * return their own dtype; integer and bool sums/products give int64; max/min
+ * propagate NaN; arg reductions pick the first index on ties; reductions with no
+ * identity (max, argmax ...) refuse empty reduced dims with PyTorch's messages. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
 #include "common.h"
 
+/* PyTorch's (c10) dtype names, as its error messages print them. */
+static const char* tpu_red_c10_name(tpu_dtype_t t) {
+  static const char* const names[] = {"Bool", "Byte", "Char", "Short", "Int", "Long", "Half",
+                                      "BFloat16", "Float", "Double", "ComplexFloat", "ComplexDouble",
+                                      "UInt16", "UInt32", "UInt64"};
+  _Static_assert(sizeof(names) / sizeof(names[0]) == TPU_DTYPE_COUNT, "one name per dtype");
+  return names[t];
+}
+
+static bool tpu_red_is_intlike(tpu_dtype_t t) { return t == TPU_BOOL || tpu_dtype_is_int(t); }
+
+/* The real dtype of a complex one (|z| and var(z) are real); others unchanged. */
+static tpu_dtype_t tpu_red_real(tpu_dtype_t t) {
+  return t == TPU_C64 ? TPU_F32 : t == TPU_C128 ? TPU_F64 : t;
+}
+
+/* ------------------------------------------------------------ reduced dims */
+
+typedef struct tpu_rdims {
+  int n;
+  int64_t d[TPU_MAX_RANK]; /* sorted, unique */
+} tpu_rdims_t;
+
+static tpu_rdims_t tpu_red_all(int rank) {
+  tpu_rdims_t r = {.n = rank};
+  for (int i = 0; i < rank; ++i) r.d[i] = i;
+  return r;
+}
+
+/* Dims from argument i (int, int list or absent). Absent means all dims; an empty
+ * list means all dims for sum/mean/amax... but no dims for any/all (PyTorch). */
+static tpu_rdims_t tpu_red_dims(tpu_builder_t* b, const tpu_op_t* op, int i, int rank, bool empty_is_all) {
+  tpu_rdims_t r = {0};
+  if (!empty_is_all && tpu_op_kind(op, i) == TPU_ARG_INT_LIST && tpu_op_list_len(op, i) == 0) return r;
+  r.n = tpu_ops_reduce_dims(b, op, i, rank, r.d);
+  return r;
+}
+
+static bool tpu_red_has_list(const tpu_op_t* op, int i) {
+  return tpu_op_kind(op, i) == TPU_ARG_INT_LIST ? tpu_op_list_len(op, i) > 0 : tpu_op_kind(op, i) == TPU_ARG_INT;
+}
+
+static int64_t tpu_red_count(const tpu_aval_t* in, const tpu_rdims_t* rd) {
+  int64_t n = 1;
+  for (int k = 0; k < rd->n; ++k) n *= in->dims[rd->d[k]];
+  return n;
+}
+
+/* Reductions without an identity refuse empty reduced dims (IndexError). */
+static bool tpu_red_check_nonempty(tpu_builder_t* b, const char* what, const tpu_aval_t* in, const tpu_rdims_t* rd) {
+  for (int k = 0; k < rd->n; ++k) {
+    if (in->dims[rd->d[k]] == 0) {
+      TPU_B_FAIL(b, TPU_OUT_OF_RANGE, "%s Expected reduction dim %d to have non-zero size.", what, (int)rd->d[k]);
+      return false;
+    }
+  }
+  return tpu_b_ok(b);
+}
+
+/* A full reduction of an empty tensor without an identity (RuntimeError). */
+static bool tpu_red_check_full(tpu_builder_t* b, const char* name, const tpu_aval_t* in) {
+  if (tpu_aval_numel(in) != 0) return true;
+  TPU_B_FAIL(b, TPU_INVALID_ARGUMENT,
+             "%s(): Expected reduction dim to be specified for input.numel() == 0. Specify the reduction dim "
+             "with the 'dim' argument.",
+             name);
+  return false;
+}
+
+/* v (reduced over rd) reshaped with size-1 dims where rd removed them. */
+static tpu_val_t tpu_red_keep(tpu_builder_t* b, tpu_val_t v, const tpu_aval_t* in, const tpu_rdims_t* rd, bool keep) {
+  return keep ? tpu_ops_keepdim(b, v, in, rd->n, rd->d) : v;
+}
+
+/* v (reduced over rd) broadcast back to the input's shape. */
+static tpu_val_t tpu_red_expand(tpu_builder_t* b, tpu_val_t v, const tpu_aval_t* in, const tpu_rdims_t* rd) {
+  return tpu_b_broadcast_to(b, tpu_ops_keepdim(b, v, in, rd->n, rd->d), in->rank, in->dims);
+}
+
+/* ------------------------------------------------------------ reduce kinds */
+
+typedef enum { TPU_RED_SUM, TPU_RED_PROD, TPU_RED_MAX, TPU_RED_MIN } tpu_red_kind_t;
+
+/* Body per kind: numbers, then bool (where sum is "or" and product "and"). */
+static const char* const tpu_red_bodies[][2] = {
+    [TPU_RED_SUM] = {"stablehlo.add", "stablehlo.or"},
+    [TPU_RED_PROD] = {"stablehlo.multiply", "stablehlo.and"},
+    [TPU_RED_MAX] = {"stablehlo.maximum", "stablehlo.or"},
+    [TPU_RED_MIN] = {"stablehlo.minimum", "stablehlo.and"},
+};
+
+/* The largest (or lowest) value of dtype t: the identity of min (or max). */
+static tpu_val_t tpu_red_extreme(tpu_builder_t* b, tpu_dtype_t t, bool lowest) {
+  if (tpu_dtype_is_float(t)) return tpu_b_const(b, t, lowest ? -INFINITY : INFINITY);
+  int64_t lo, hi;
+  switch (t) {
+    case TPU_BOOL: lo = 0; hi = 1; break;
+    case TPU_U8: lo = 0; hi = UINT8_MAX; break;
+    case TPU_I8: lo = INT8_MIN; hi = INT8_MAX; break;
+    case TPU_I16: lo = INT16_MIN; hi = INT16_MAX; break;
+    case TPU_I32: lo = INT32_MIN; hi = INT32_MAX; break;
+    case TPU_U16: lo = 0; hi = UINT16_MAX; break;
+    case TPU_U32: lo = 0; hi = UINT32_MAX; break;
+    case TPU_U64: lo = 0; hi = INT64_MAX; break; /* the i64 constant path caps it; shell dtype */
+    default: lo = INT64_MIN; hi = INT64_MAX; break;
+  }
+  return tpu_b_const_i(b, t, lowest ? lo : hi);
+}
+
+static tpu_val_t tpu_red_identity(tpu_builder_t* b, tpu_dtype_t t, tpu_red_kind_t kind) {
+  switch (kind) {
+    case TPU_RED_SUM: return tpu_b_const_i(b, t, 0);
+    case TPU_RED_PROD: return tpu_b_const_i(b, t, 1);
+    case TPU_RED_MAX: return tpu_red_extreme(b, t, true);
+    default: return tpu_red_extreme(b, t, false);
+  }
+}
+
+static tpu_val_t tpu_red_isnan(tpu_builder_t* b, tpu_val_t x) { return tpu_b_compare(b, "NE", x, x); }
+
+/* The elementwise form of a reduce kind (scans, max.other, reduce bodies). Float
+ * max/min propagate NaN explicitly: XLA's CPU reductions drop it otherwise. */
+static tpu_val_t tpu_red_combine(tpu_builder_t* b, tpu_red_kind_t kind, tpu_val_t x, tpu_val_t y) {
+  tpu_dtype_t t = tpu_b_dtype(b, x);
+  tpu_val_t r = tpu_b_binary(b, tpu_red_bodies[kind][t == TPU_BOOL], x, y);
+  if ((kind == TPU_RED_MAX || kind == TPU_RED_MIN) && (tpu_dtype_is_float(t) || tpu_dtype_is_complex(t))) {
+    r = tpu_b_select(b, tpu_red_isnan(b, y), y, r);
+    r = tpu_b_select(b, tpu_red_isnan(b, x), x, r);
+  }
+  return r;
+}
+
+/* x reduced over rd with `kind` in x's dtype; the body is tpu_red_combine. */
+static tpu_val_t tpu_red(tpu_builder_t* b, tpu_val_t x, const tpu_rdims_t* rd, tpu_red_kind_t kind) {
+  tpu_aval_t in = *tpu_b_aval(b, x);
+  if (rd->n == 0 || !tpu_b_ok(b)) return x;
+  tpu_val_t init = tpu_red_identity(b, in.dtype, kind);
+  tpu_aval_t s = tpu_aval_make(in.dtype, 0, NULL), args_av[2] = {s, s};
+  tpu_val_t args[2];
+  tpu_b_region_begin(b, 2, args_av, args);
+  tpu_val_t r = tpu_red_combine(b, kind, args[0], args[1]);
+  char* region = tpu_b_region_end(b, 1, &r);
+  tpu_aval_t out = {.dtype = in.dtype};
+  for (int i = 0, k = 0; i < in.rank; ++i) {
+    if (k < rd->n && rd->d[k] == i) ++k;
+    else out.dims[out.rank++] = in.dims[i];
+  }
+  char attrs[512], arr[480];
+  snprintf(attrs, sizeof(attrs), "dimensions = %s", tpu_fmt_i64_array(arr, sizeof(arr), rd->n, rd->d));
+  tpu_val_t ins[2] = {x, init}, res;
+  tpu_b_op(b, "stablehlo.reduce", 2, ins, 1, &region, attrs, 1, &out, &res);
+  return res;
+}
+
+/* Builder avals live in a growing array: copy one before emitting more values. */
+static tpu_val_t tpu_red_like(tpu_builder_t* b, tpu_val_t v, double value) {
+  tpu_aval_t a = *tpu_b_aval(b, v);
+  return tpu_b_full(b, &a, value);
+}
+
+/* A 0-d value broadcast to the shape of `like`. */
+static tpu_val_t tpu_red_bcast(tpu_builder_t* b, tpu_val_t v, tpu_val_t like) {
+  tpu_aval_t a = *tpu_b_aval(b, like);
+  return tpu_b_broadcast_to(b, v, a.rank, a.dims);
+}
+
+/* ------------------------------------------------- sum, prod, mean, nansum */
+
+typedef struct tpu_sum_spec {
+  tpu_red_kind_t kind;
+  bool nan_as_zero; /* nansum */
+  bool mean;        /* divide by the reduced count; float/complex results only */
+} tpu_sum_spec_t;
+
+/* Result dtype of sum/prod/mean: the dtype argument, else int/bool → int64 (not
+ * for mean, which requires a float or complex dtype). */
+static tpu_dtype_t tpu_red_sum_dtype(tpu_builder_t* b, const tpu_op_t* op, int dtype_arg, const tpu_sum_spec_t* s) {
+  tpu_dtype_t in = tpu_op_aval(op, 0).dtype;
+  bool given = tpu_op_kind(op, dtype_arg) == TPU_ARG_DTYPE;
+  tpu_dtype_t out = tpu_op_dtype(op, dtype_arg, in);
+  if (s->mean) {
+    if (!tpu_dtype_is_float(out) && !tpu_dtype_is_complex(out))
+      TPU_B_FAIL(b, TPU_INVALID_ARGUMENT,
+                 "mean(): could not infer output dtype. %s dtype must be either a floating point or complex dtype. "
+                 "Got: %s",
+                 given ? "Optional" : "Input", tpu_red_c10_name(out));
+    return out;
+  }
+  return !given && tpu_red_is_intlike(in) ? TPU_I64 : out;
+}
+
+/* Full forms (self, dtype) have two arguments; dim forms (self, dim, keepdim, dtype) four. */
+static tpu_status_t* tpu_lower_sum_like(tpu_builder_t* b, tpu_op_t* op, tpu_val_t* outs, int* nouts,
+                                        const tpu_sum_spec_t* s) {
+  tpu_aval_t in = tpu_op_aval(op, 0);
+  bool full = tpu_op_nargs(op) <= 2;
+  tpu_rdims_t rd = full ? tpu_red_all(in.rank) : tpu_red_dims(b, op, 1, in.rank, true);
+  bool keep = !full && tpu_op_bool(op, 2, false);
+  tpu_dtype_t out = tpu_red_sum_dtype(b, op, full ? 1 : 3, s);
+  if (!tpu_b_ok(b)) return NULL;
+  tpu_val_t x = tpu_op_tensor(b, op, 0);
+  if (s->nan_as_zero && tpu_dtype_is_float(in.dtype)) x = tpu_b_select(b, tpu_red_isnan(b, x), tpu_red_like(b, x, 0), x);
+  /* PyTorch casts the input to the requested dtype first, then accumulates in opmath. */
+  tpu_dtype_t ct = tpu_dtype_opmath(out);
+  x = tpu_b_convert(b, tpu_b_convert(b, x, out), ct);
+  tpu_val_t r = tpu_red(b, x, &rd, s->kind);
+  if (s->mean) {
+    tpu_val_t n = tpu_red_like(b, r, (double)tpu_red_count(&in, &rd));
+    r = tpu_b_binary(b, "stablehlo.divide", r, n); /* 0/0 = NaN for empty, as PyTorch */
+  }
+  outs[0] = tpu_red_keep(b, tpu_b_convert(b, r, out), &in, &rd, keep);
+  *nouts = 1;
+  return NULL;
+}
+
+static tpu_status_t* tpu_lower_sum(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
+  (void)max_outs;
+  return tpu_lower_sum_like(b, op, outs, nouts, &(tpu_sum_spec_t){TPU_RED_SUM, false, false});
+}
+static tpu_status_t* tpu_lower_nansum(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
+  (void)max_outs;
+  return tpu_lower_sum_like(b, op, outs, nouts, &(tpu_sum_spec_t){TPU_RED_SUM, true, false});
+}
+static tpu_status_t* tpu_lower_prod(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
+  (void)max_outs;
+  return tpu_lower_sum_like(b, op, outs, nouts, &(tpu_sum_spec_t){TPU_RED_PROD, false, false});
+}
+static tpu_status_t* tpu_lower_mean(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
+  (void)max_outs;
+  return tpu_lower_sum_like(b, op, outs, nouts, &(tpu_sum_spec_t){TPU_RED_SUM, false, true});
+}
+
+/* --------------------------------------------------------- amax, max, min */
+
+/* amax/amin(self, dim=[], keepdim). */
+static tpu_status_t* tpu_lower_amax_like(tpu_builder_t* b, tpu_op_t* op, tpu_val_t* outs, int* nouts, bool is_max) {
+  const char* name = is_max ? "amax" : "amin";
+  tpu_aval_t in = tpu_op_aval(op, 0);
+  tpu_rdims_t rd = tpu_red_dims(b, op, 1, in.rank, true);
+  if (!tpu_red_has_list(op, 1) && !tpu_red_check_full(b, name, &in)) return NULL;
+  if (!tpu_red_check_nonempty(b, is_max ? "amax():" : "amin():", &in, &rd)) return NULL;
+  tpu_val_t r = tpu_red(b, tpu_op_tensor(b, op, 0), &rd, is_max ? TPU_RED_MAX : TPU_RED_MIN);
+  outs[0] = tpu_red_keep(b, r, &in, &rd, tpu_op_bool(op, 2, false));
+  *nouts = 1;
+  return NULL;
+}
+
+static tpu_status_t* tpu_lower_amax(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
+  (void)max_outs;
+  return tpu_lower_amax_like(b, op, outs, nouts, true);
+}
+static tpu_status_t* tpu_lower_amin(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
+  (void)max_outs;
+  return tpu_lower_amax_like(b, op, outs, nouts, false);
+}
+
+/* Values and first indices of the max/min of x along `dim` (0-d x counts as [1]). */
+static void tpu_red_argreduce(tpu_builder_t* b, tpu_val_t x, const tpu_aval_t* in, int dim, bool keep, bool is_max,
+                              tpu_val_t* vals, tpu_val_t* idx) {
+  if (in->rank == 0) x = tpu_b_reshape(b, x, 1, (int64_t[]){1});
+  tpu_b_argreduce(b, x, in->rank == 0 ? 0 : dim, is_max, vals, idx);
+  if (!keep || in->rank == 0) return;
+  tpu_rdims_t rd = {.n = 1, .d = {dim}};
+  if (vals) *vals = tpu_red_keep(b, *vals, in, &rd, true);
+  if (idx) *idx = tpu_red_keep(b, *idx, in, &rd, true);
+}
+
+/* max.other / min.other: PyTorch's maximum/minimum (promotion, broadcasting, NaN wins). */
+static tpu_status_t* tpu_red_elementwise_extreme(tpu_builder_t* b, tpu_op_t* op, tpu_val_t* outs, int* nouts, bool is_max) {
+  int args[2] = {0, 1};
+  tpu_dtype_t rt = tpu_ops_result_type(op, 2, args);
+  tpu_aval_t shape;
+  if (!tpu_ops_broadcast_shape(b, op, 2, args, &shape)) return NULL;
+  tpu_val_t x = tpu_ops_operand(b, op, 0, rt, &shape), y = tpu_ops_operand(b, op, 1, rt, &shape);
+  outs[0] = tpu_red_combine(b, is_max ? TPU_RED_MAX : TPU_RED_MIN, x, y);
+  *nouts = 1;
+  return NULL;
+}
+
+/* max/min: (self) → 0-d; .dim (self, dim, keepdim) → (values, indices); .other → elementwise. */
+static tpu_status_t* tpu_lower_max_like(tpu_builder_t* b, tpu_op_t* op, tpu_val_t* outs, int* nouts, bool is_max) {
+  const char* name = is_max ? "max" : "min";
+  if (tpu_op_kind(op, 1) == TPU_ARG_TENSOR) return tpu_red_elementwise_extreme(b, op, outs, nouts, is_max);
+  tpu_aval_t in = tpu_op_aval(op, 0);
+  tpu_val_t x = tpu_op_tensor(b, op, 0);
+  if (tpu_op_kind(op, 1) != TPU_ARG_INT) {
+    if (!tpu_red_check_full(b, name, &in)) return NULL;
+    tpu_rdims_t rd = tpu_red_all(in.rank);
+    outs[0] = tpu_red(b, x, &rd, is_max ? TPU_RED_MAX : TPU_RED_MIN);
+    *nouts = 1;
+    return NULL;
+  }
+  int dim = tpu_ops_dim(b, tpu_op_int(op, 1, 0), in.rank);
+  tpu_rdims_t rd = {.n = in.rank > 0, .d = {dim}};
+  if (!tpu_red_check_nonempty(b, is_max ? "max():" : "min():", &in, &rd)) return NULL;
+  tpu_red_argreduce(b, x, &in, dim, tpu_op_bool(op, 2, false), is_max, &outs[0], &outs[1]);
+  *nouts = 2;
+  return NULL;
+}
+
+static tpu_status_t* tpu_lower_max(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
+  (void)max_outs;
+  return tpu_lower_max_like(b, op, outs, nouts, true);
+}
+static tpu_status_t* tpu_lower_min(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
+  (void)max_outs;
+  return tpu_lower_max_like(b, op, outs, nouts, false);
+}
+
+/* A full reduction's result with keepdim: the input's rank, all sizes 1. */
+static tpu_val_t tpu_red_keep_all(tpu_builder_t* b, tpu_val_t v, const tpu_aval_t* in, bool keep) {
+  tpu_rdims_t rd = tpu_red_all(in->rank);
+  return tpu_red_keep(b, v, in, &rd, keep);
+}
+
+/* argmax/argmin(self, dim=None, keepdim): dim None reduces the flattened input. */
+static tpu_status_t* tpu_lower_argmax_like(tpu_builder_t* b, tpu_op_t* op, tpu_val_t* outs, int* nouts, bool is_max) {
+  const char* name = is_max ? "argmax" : "argmin";
+  tpu_aval_t in = tpu_op_aval(op, 0);
+  bool keep = tpu_op_bool(op, 2, false);
+  if (in.dtype == TPU_BOOL) return TPU_STATUS(TPU_INVALID_ARGUMENT, "%s(): does not support bool input", name);
+  tpu_val_t x = tpu_op_tensor(b, op, 0);
+  *nouts = 1;
+  if (tpu_op_kind(op, 1) != TPU_ARG_INT) {
+    int64_t n = tpu_aval_numel(&in);
+    if (n == 0)
+      return TPU_STATUS(TPU_OUT_OF_RANGE, "%s(): Expected reduction dim to be specified for input.numel() == 0.", name);
+    tpu_aval_t flat = tpu_aval_make(in.dtype, 1, &n);
+    tpu_red_argreduce(b, tpu_b_reshape(b, x, 1, &n), &flat, 0, false, is_max, NULL, &outs[0]);
+    outs[0] = tpu_red_keep_all(b, outs[0], &in, keep);
+    return NULL;
+  }
+  int dim = tpu_ops_dim(b, tpu_op_int(op, 1, 0), in.rank);
+  tpu_rdims_t rd = {.n = in.rank > 0, .d = {dim}};
+  char what[32];
+  snprintf(what, sizeof(what), "%s():", name);
+  if (!tpu_red_check_nonempty(b, what, &in, &rd)) return NULL;
+  tpu_red_argreduce(b, x, &in, dim, keep, is_max, NULL, &outs[0]);
+  return NULL;
+}
+
+static tpu_status_t* tpu_lower_argmax(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
+  (void)max_outs;
+  return tpu_lower_argmax_like(b, op, outs, nouts, true);
+}
+static tpu_status_t* tpu_lower_argmin(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
+  (void)max_outs;
+  return tpu_lower_argmax_like(b, op, outs, nouts, false);
+}
+
+/* aminmax(self, *, dim=None, keepdim) → (min, max). */
+static tpu_status_t* tpu_lower_aminmax(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
+  (void)max_outs;
+  tpu_aval_t in = tpu_op_aval(op, 0);
+  bool keep = tpu_op_bool(op, 2, false);
+  tpu_rdims_t rd;
+  if (tpu_op_kind(op, 1) == TPU_ARG_INT) {
+    rd = (tpu_rdims_t){.n = in.rank > 0, .d = {tpu_ops_dim(b, tpu_op_int(op, 1, 0), in.rank)}};
+    if (!tpu_red_check_nonempty(b, "aminmax:", &in, &rd)) return NULL;
+  } else {
+    if (tpu_aval_numel(&in) == 0)
+      return TPU_STATUS(TPU_INVALID_ARGUMENT,
+                        "aminmax(): cannot compute aminmax over an empty dimension as the operation has no identity.");
+    rd = tpu_red_all(in.rank);
+  }
+  tpu_val_t x = tpu_op_tensor(b, op, 0);
+  outs[0] = tpu_red(b, x, &rd, TPU_RED_MIN);
+  outs[1] = tpu_red(b, x, &rd, TPU_RED_MAX);
+  /* With dim=None and keepdim, PyTorch keeps every dim as size 1: same as rd = all. */
+  outs[0] = tpu_red_keep(b, outs[0], &in, &rd, keep);
+  outs[1] = tpu_red_keep(b, outs[1], &in, &rd, keep);
+  *nouts = 2;
+  return NULL;
+}
+
+/* ------------------------------------------------------------ any, all */
+
+/* any/all: (self), .dim (self, dim, keepdim), .dims (self, dims?, keepdim); bool
+ * results, except uint8 inputs give uint8 (PyTorch's legacy rule). */
+static tpu_status_t* tpu_lower_anyall(tpu_builder_t* b, tpu_op_t* op, tpu_val_t* outs, int* nouts, bool is_all) {
+  tpu_aval_t in = tpu_op_aval(op, 0);
+  tpu_rdims_t rd = tpu_op_nargs(op) <= 1 ? tpu_red_all(in.rank) : tpu_red_dims(b, op, 1, in.rank, false);
+  tpu_val_t x = tpu_b_convert(b, tpu_op_tensor(b, op, 0), TPU_BOOL);
+  tpu_val_t r = tpu_red(b, x, &rd, is_all ? TPU_RED_PROD : TPU_RED_SUM); /* and / or on bool */
+  r = tpu_b_convert(b, r, in.dtype == TPU_U8 ? TPU_U8 : TPU_BOOL);
+  outs[0] = tpu_red_keep(b, r, &in, &rd, tpu_op_bool(op, 2, false));
+  *nouts = 1;
+  return NULL;
+}
+
+static tpu_status_t* tpu_lower_any(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
+  (void)max_outs;
+  return tpu_lower_anyall(b, op, outs, nouts, false);
+}
+static tpu_status_t* tpu_lower_all(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
+  (void)max_outs;
+  return tpu_lower_anyall(b, op, outs, nouts, true);
+}
+
+/* count_nonzero(self, dim int? | int[]) → int64; no or empty dims count everything. */
+static tpu_status_t* tpu_lower_count_nonzero(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs,
+                                             int* nouts) {
+  (void)max_outs;
+  tpu_aval_t in = tpu_op_aval(op, 0);
+  tpu_rdims_t rd = tpu_red_dims(b, op, 1, in.rank, true);
+  tpu_val_t nz = tpu_b_convert(b, tpu_b_convert(b, tpu_op_tensor(b, op, 0), TPU_BOOL), TPU_I64);
+  outs[0] = tpu_red(b, nz, &rd, TPU_RED_SUM);
+  *nouts = 1;
+  return NULL;
+}
+
+/* ------------------------------------------------------------- moments */
+
+/* var/std/norm need a float or complex input; `msg` is PyTorch's message, which
+ * for norm ends with the input's dtype name ("... Got Long"). */
+static bool tpu_red_check_floating(tpu_builder_t* b, tpu_dtype_t t, const char* msg, bool name_dtype) {
+  if (tpu_dtype_is_float(t) || tpu_dtype_is_complex(t)) return true;
+  TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "%s%s", msg, name_dtype ? tpu_red_c10_name(t) : "");
+  return false;
+}
+
+/* |z|² for complex z, x² for real x (in the real dtype). */
+static tpu_val_t tpu_red_abs2(tpu_builder_t* b, tpu_val_t x) {
+  if (!tpu_dtype_is_complex(tpu_b_dtype(b, x))) return tpu_b_binary(b, "stablehlo.multiply", x, x);
+  tpu_aval_t ra = *tpu_b_aval(b, x);
+  ra.dtype = tpu_red_real(ra.dtype);
+  tpu_val_t re = tpu_b_op1(b, "stablehlo.real", 1, &x, NULL, &ra), im = tpu_b_op1(b, "stablehlo.imag", 1, &x, NULL, &ra);
+  return tpu_b_binary(b, "stablehlo.add", tpu_b_binary(b, "stablehlo.multiply", re, re),
+                      tpu_b_binary(b, "stablehlo.multiply", im, im));
+}
+
+/* var/std (.correction) and var_mean/std_mean: (self, dim?, *, correction?, keepdim).
+ * Two passes (mean, then squared deviations), divided by max(0, N - correction);
+ * correction is a runtime Scalar, so a new value does not recompile. */
+static tpu_status_t* tpu_lower_moments(tpu_builder_t* b, tpu_op_t* op, tpu_val_t* outs, int* nouts, bool take_sqrt,
+                                       bool with_mean) {
+  tpu_aval_t in = tpu_op_aval(op, 0);
+  if (!tpu_red_check_floating(b, in.dtype, "std and var only support floating point and complex dtypes", false)) return NULL;
+  tpu_rdims_t rd = tpu_red_dims(b, op, 1, in.rank, true);
+  bool keep = tpu_op_bool(op, 3, false);
+  tpu_dtype_t ct = tpu_dtype_opmath(in.dtype), rt = tpu_red_real(ct);
+  tpu_val_t x = tpu_b_convert(b, tpu_op_tensor(b, op, 0), ct);
+  tpu_val_t corr = tpu_ops_has_value(op, 2) ? tpu_op_scalar(b, op, 2, rt) : tpu_b_const(b, rt, 1.0);
+  int64_t n = tpu_red_count(&in, &rd);
+  tpu_val_t mean = tpu_red(b, x, &rd, TPU_RED_SUM);
+  mean = tpu_b_binary(b, "stablehlo.divide", mean, tpu_red_like(b, mean, (double)n));
+  tpu_val_t dev = tpu_b_binary(b, "stablehlo.subtract", x, tpu_red_expand(b, mean, &in, &rd));
+  tpu_val_t ss = tpu_red(b, tpu_red_abs2(b, dev), &rd, TPU_RED_SUM);
+  tpu_val_t dof = tpu_b_binary(b, "stablehlo.subtract", tpu_b_const(b, rt, (double)n), corr);
+  dof = tpu_b_binary(b, "stablehlo.maximum", dof, tpu_b_const(b, rt, 0.0));
+  tpu_val_t var = tpu_b_binary(b, "stablehlo.divide", ss, tpu_red_bcast(b, dof, ss));
+  if (take_sqrt) var = tpu_b_unary(b, "stablehlo.sqrt", var);
+  outs[0] = tpu_red_keep(b, tpu_b_convert(b, var, tpu_red_real(in.dtype)), &in, &rd, keep);
+  *nouts = 1;
+  if (with_mean) {
+    outs[1] = tpu_red_keep(b, tpu_b_convert(b, mean, in.dtype), &in, &rd, keep);
+    *nouts = 2;
+  }
+  return NULL;
+}
+
+static tpu_status_t* tpu_lower_var(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
+  (void)max_outs;
+  return tpu_lower_moments(b, op, outs, nouts, false, false);
+}
+static tpu_status_t* tpu_lower_std(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
+  (void)max_outs;
+  return tpu_lower_moments(b, op, outs, nouts, true, false);
+}
+static tpu_status_t* tpu_lower_var_mean(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
+  (void)max_outs;
+  return tpu_lower_moments(b, op, outs, nouts, false, true);
+}
+static tpu_status_t* tpu_lower_std_mean(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
+  (void)max_outs;
+  return tpu_lower_moments(b, op, outs, nouts, true, true);
+}
+
+/* --------------------------------------------------------- logsumexp, norm */
+
+/* logsumexp(self, dim, keepdim): max-shifted, with infinite maxima shifted by 0 so
+ * that all -inf gives -inf and any +inf gives +inf (PyTorch's formulation). */
+static tpu_status_t* tpu_lower_logsumexp(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
+  (void)max_outs;
+  tpu_aval_t in = tpu_op_aval(op, 0);
+  tpu_rdims_t rd = tpu_red_dims(b, op, 1, in.rank, true);
+  tpu_dtype_t out = tpu_red_is_intlike(in.dtype) ? TPU_F32 : in.dtype, ct = tpu_dtype_opmath(out);
+  tpu_val_t x = tpu_b_convert(b, tpu_op_tensor(b, op, 0), ct);
+  tpu_val_t m = tpu_red(b, x, &rd, TPU_RED_MAX);
+  tpu_val_t finite = tpu_b_unary(b, "stablehlo.is_finite", m);
+  m = tpu_b_select(b, finite, m, tpu_red_like(b, m, 0.0));
+  tpu_val_t e = tpu_b_unary(b, "stablehlo.exponential",
+                            tpu_b_binary(b, "stablehlo.subtract", x, tpu_red_expand(b, m, &in, &rd)));
+  tpu_val_t r = tpu_b_binary(b, "stablehlo.add", tpu_b_unary(b, "stablehlo.log", tpu_red(b, e, &rd, TPU_RED_SUM)), m);
+  outs[0] = tpu_red_keep(b, tpu_b_convert(b, r, out), &in, &rd, tpu_op_bool(op, 2, false));
+  *nouts = 1;
+  return NULL;
+}
+
+static tpu_val_t tpu_red_eq_const(tpu_builder_t* b, tpu_val_t p, double c) {
+  return tpu_b_compare(b, "EQ", p, tpu_red_like(b, p, c));
+}
+
+/* sum(|x|^p)^(1/p), max|x| (p = inf), min|x| (p = -inf) or the count of nonzeros
+ * (p = 0), chosen in-graph since p is a runtime Scalar; p = 1 and 2 take exact
+ * paths (|x|, x·x and sqrt). A constant p folds to one branch in XLA. */
+static tpu_val_t tpu_red_vector_norm(tpu_builder_t* b, tpu_val_t a, tpu_val_t p, const tpu_rdims_t* rd) {
+  tpu_val_t is1 = tpu_red_eq_const(b, p, 1.0), is2 = tpu_red_eq_const(b, p, 2.0);
+  tpu_val_t pw = tpu_b_binary(b, "stablehlo.power", a, tpu_red_bcast(b, p, a));
+  pw = tpu_b_select(b, is2, tpu_b_binary(b, "stablehlo.multiply", a, a), tpu_b_select(b, is1, a, pw));
+  tpu_val_t s = tpu_red(b, pw, rd, TPU_RED_SUM);
+  tpu_val_t inv = tpu_b_binary(b, "stablehlo.divide", tpu_red_like(b, p, 1.0), p);
+  tpu_val_t gen = tpu_b_binary(b, "stablehlo.power", s, tpu_red_bcast(b, inv, s));
+  gen = tpu_b_select(b, is2, tpu_b_unary(b, "stablehlo.sqrt", s), tpu_b_select(b, is1, s, gen));
+  /* |x| >= 0, so 0 serves as max's identity: an empty inf-norm gives 0 where
+   * PyTorch raises (p's value is not known when lowering). */
+  tpu_val_t mx = tpu_red(b, a, rd, TPU_RED_MAX);
+  mx = tpu_red_combine(b, TPU_RED_MAX, mx, tpu_red_like(b, mx, 0.0));
+  tpu_val_t mn = tpu_red(b, a, rd, TPU_RED_MIN);
+  tpu_val_t nz = tpu_b_convert(b, tpu_b_convert(b, a, TPU_BOOL), tpu_b_dtype(b, a));
+  tpu_val_t cnt = tpu_red(b, nz, rd, TPU_RED_SUM);
+  tpu_val_t r = tpu_b_select(b, tpu_red_eq_const(b, p, 0.0), cnt, gen);
+  r = tpu_b_select(b, tpu_red_eq_const(b, p, -INFINITY), mn, r);
+  return tpu_b_select(b, tpu_red_eq_const(b, p, INFINITY), mx, r);
+}
+
+/* linalg_vector_norm(self, ord=2, dim?, keepdim, *, dtype?) and the norm overloads
+ * (self, p?, dim, keepdim, *, dtype) / (self, p?, *, dtype) / (self, p). */
+static tpu_status_t* tpu_lower_norm(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
+  (void)max_outs;
+  tpu_aval_t in = tpu_op_aval(op, 0);
+  if (!tpu_red_check_floating(b, in.dtype, "linalg.vector_norm: Expected a floating point or complex tensor as input. Got ",
+                              true))
+    return NULL;
+  bool dtype_only = tpu_op_kind(op, 2) == TPU_ARG_DTYPE;
+  int dtype_arg = dtype_only ? 2 : 4;
+  tpu_rdims_t rd = dtype_only ? tpu_red_all(in.rank) : tpu_red_dims(b, op, 2, in.rank, true);
+  bool keep = !dtype_only && tpu_op_bool(op, 3, false);
+  tpu_dtype_t dt = tpu_op_dtype(op, dtype_arg, in.dtype);
+  if (tpu_dtype_promote(in.dtype, dt) != dt)
+    return TPU_STATUS(TPU_INVALID_ARGUMENT,
+                      "linalg.vector_norm: the dtype of the input (%s) should be convertible without narrowing to the "
+                      "specified dtype (%s)",
+                      tpu_red_c10_name(in.dtype), tpu_red_c10_name(dt));
+  tpu_dtype_t out = tpu_red_real(dt), ct = tpu_dtype_opmath(out);
+  tpu_val_t x = tpu_b_convert(b, tpu_op_tensor(b, op, 0), dt);
+  tpu_val_t a = tpu_b_convert(b, tpu_b_unary(b, "stablehlo.abs", x), ct);
+  tpu_val_t p = tpu_ops_has_value(op, 1) ? tpu_op_scalar(b, op, 1, ct) : tpu_b_const(b, ct, 2.0);
+  tpu_val_t r = tpu_red_vector_norm(b, a, p, &rd);
+  outs[0] = tpu_red_keep(b, tpu_b_convert(b, r, out), &in, &rd, keep);
+  *nouts = 1;
+  return NULL;
+}
+
+/* ------------------------------------------------------------------ scans */
+
+/* combine(earlier, later) → out for n parallel arrays (values, indices ...). */
+typedef void (*tpu_scan_fn_t)(tpu_builder_t* b, const tpu_val_t* earlier, const tpu_val_t* later, tpu_val_t* out,
+                              const void* ctx);
+
+/* Inclusive scan along `dim` by log-step doubling (Hillis–Steele): after step k
+ * each element combines the 2^k elements before it. O(N log N) elementwise work
+ * instead of reduce_window's O(N²); `combine` must be associative. */
+static void tpu_red_scan(tpu_builder_t* b, int n, tpu_val_t* vals, const tpu_val_t* idents, int dim,
+                         tpu_scan_fn_t combine, const void* ctx) {
+  const tpu_aval_t in = *tpu_b_aval(b, vals[0]);
+  if (in.rank == 0) return;
+  for (int64_t k = 1; k < in.dims[dim] && tpu_b_ok(b); k *= 2) {
+    int64_t lo[TPU_MAX_RANK] = {0}, hi[TPU_MAX_RANK] = {0};
+    lo[dim] = k;
+    hi[dim] = -k; /* shift right by k, identity in front */
+    tpu_val_t shifted[2];
+    for (int i = 0; i < n; ++i) shifted[i] = tpu_b_pad(b, vals[i], idents[i], lo, hi, NULL);
+    combine(b, shifted, vals, vals, ctx);
+  }
+}
+
+static void tpu_scan_reduce_kind(tpu_builder_t* b, const tpu_val_t* e, const tpu_val_t* l, tpu_val_t* out,
+                                 const void* ctx) {
+  out[0] = tpu_red_combine(b, *(const tpu_red_kind_t*)ctx, e[0], l[0]);
+}
+
+/* log(exp(a) + exp(b)) = max + log1p(exp(min - max)); equal infinities stay. */
+static void tpu_scan_logaddexp(tpu_builder_t* b, const tpu_val_t* e, const tpu_val_t* l, tpu_val_t* out,
+                               const void* ctx) {
+  (void)ctx;
+  tpu_val_t mx = tpu_red_combine(b, TPU_RED_MAX, e[0], l[0]);
+  tpu_val_t mn = tpu_red_combine(b, TPU_RED_MIN, e[0], l[0]);
+  tpu_val_t d = tpu_b_unary(b, "stablehlo.exponential", tpu_b_binary(b, "stablehlo.subtract", mn, mx));
+  tpu_val_t r = tpu_b_binary(b, "stablehlo.add", mx, tpu_b_unary(b, "stablehlo.log_plus_one", d));
+  tpu_val_t same_inf = tpu_b_binary(b, "stablehlo.and", tpu_b_compare(b, "EQ", mn, mx),
+                                    tpu_b_unary(b, "stablehlo.not", tpu_b_unary(b, "stablehlo.is_finite", mn)));
+  out[0] = tpu_b_select(b, same_inf, mx, r);
+}
+
+/* cummax/cummin pairs (value, index): a total order — NaN first, then the better
+ * value, then the larger index — so the combine is associative and commutative and
+ * matches PyTorch (NaN sticks; ties and repeated NaNs move to the latest index). */
+static void tpu_scan_cumext(tpu_builder_t* b, const tpu_val_t* e, const tpu_val_t* l, tpu_val_t* out,
+                            const void* ctx) {
+  bool is_max = *(const bool*)ctx;
+  tpu_val_t later_idx = tpu_b_compare(b, "GT", l[1], e[1]);
+  tpu_val_t tie = tpu_b_binary(b, "stablehlo.and", tpu_b_compare(b, "EQ", l[0], e[0]), later_idx);
+  tpu_val_t take = tpu_b_binary(b, "stablehlo.or", tpu_b_compare(b, is_max ? "GT" : "LT", l[0], e[0]), tie);
+  if (tpu_dtype_is_float(tpu_b_dtype(b, l[0]))) {
+    tpu_val_t ln = tpu_red_isnan(b, l[0]), en = tpu_red_isnan(b, e[0]);
+    tpu_val_t nan_take = tpu_b_binary(b, "stablehlo.and", ln, tpu_b_binary(b, "stablehlo.or", tpu_b_unary(b, "stablehlo.not", en), later_idx));
+    tpu_val_t no_nan = tpu_b_unary(b, "stablehlo.not", tpu_b_binary(b, "stablehlo.or", ln, en));
+    take = tpu_b_binary(b, "stablehlo.or", nan_take, tpu_b_binary(b, "stablehlo.and", no_nan, take));
+  }
+  out[0] = tpu_b_select(b, take, l[0], e[0]);
+  out[1] = tpu_b_select(b, take, l[1], e[1]);
+}
+
+/* cumsum/cumprod(self, dim, *, dtype?): int/bool → int64 like sum. */
+static tpu_status_t* tpu_lower_cum_reduce(tpu_builder_t* b, tpu_op_t* op, tpu_val_t* outs, int* nouts,
+                                          tpu_red_kind_t kind) {
+  tpu_aval_t in = tpu_op_aval(op, 0);
+  int dim = tpu_ops_dim(b, tpu_op_int(op, 1, 0), in.rank);
+  bool given = tpu_op_kind(op, 2) == TPU_ARG_DTYPE;
+  tpu_dtype_t out = given ? tpu_op_dtype(op, 2, in.dtype) : tpu_red_is_intlike(in.dtype) ? TPU_I64 : in.dtype;
+  tpu_dtype_t ct = tpu_dtype_opmath(out);
+  tpu_val_t x = tpu_b_convert(b, tpu_b_convert(b, tpu_op_tensor(b, op, 0), out), ct);
+  tpu_val_t ident = tpu_red_identity(b, ct, kind);
+  tpu_red_scan(b, 1, &x, &ident, dim, tpu_scan_reduce_kind, &kind);
+  outs[0] = tpu_b_convert(b, x, out);
+  *nouts = 1;
+  return NULL;
+}
+
+static tpu_status_t* tpu_lower_cumsum(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
+  (void)max_outs;
+  return tpu_lower_cum_reduce(b, op, outs, nouts, TPU_RED_SUM);
+}
+static tpu_status_t* tpu_lower_cumprod(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
+  (void)max_outs;
+  return tpu_lower_cum_reduce(b, op, outs, nouts, TPU_RED_PROD);
+}
+
+/* logcumsumexp / _logcumsumexp(self, dim): floating inputs (PyTorch has no int kernel). */
+static tpu_status_t* tpu_lower_logcumsumexp(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs,
+                                            int* nouts) {
+  (void)max_outs;
+  tpu_aval_t in = tpu_op_aval(op, 0);
+  if (!tpu_dtype_is_float(in.dtype))
+    return TPU_STATUS(TPU_UNIMPLEMENTED, "\"logcumsumexp\" not implemented for '%s'", tpu_red_c10_name(in.dtype));
+  int dim = tpu_ops_dim(b, tpu_op_int(op, 1, 0), in.rank);
+  tpu_dtype_t ct = tpu_dtype_opmath(in.dtype);
+  tpu_val_t x = tpu_b_convert(b, tpu_op_tensor(b, op, 0), ct);
+  tpu_val_t ident = tpu_b_const(b, ct, -INFINITY);
+  tpu_red_scan(b, 1, &x, &ident, dim, tpu_scan_logaddexp, NULL);
+  outs[0] = tpu_b_convert(b, x, in.dtype);
+  *nouts = 1;
+  return NULL;
+}
+
+/* cummax/cummin(self, dim) and _cummax_helper/_cummin_helper(self, values, indices,
+ * dim), whose mutated values/indices come back as the two results. */
+static tpu_status_t* tpu_lower_cumext(tpu_builder_t* b, tpu_op_t* op, tpu_val_t* outs, int* nouts, bool is_max) {
+  tpu_aval_t in = tpu_op_aval(op, 0);
+  int dim_arg = tpu_op_kind(op, 1) == TPU_ARG_TENSOR ? 3 : 1;
+  int dim = tpu_ops_dim(b, tpu_op_int(op, dim_arg, 0), in.rank);
+  tpu_val_t v[2] = {tpu_op_tensor(b, op, 0), TPU_NOVAL};
+  tpu_aval_t ia = in;
+  ia.dtype = TPU_I64;
+  v[1] = in.rank > 0 ? tpu_b_iota(b, &ia, dim) : tpu_b_const_i(b, TPU_I64, 0);
+  tpu_val_t idents[2] = {tpu_red_extreme(b, in.dtype, is_max), tpu_b_const_i(b, TPU_I64, -1)};
+  tpu_red_scan(b, 2, v, idents, dim, tpu_scan_cumext, &is_max);
+  outs[0] = v[0];
+  outs[1] = v[1];
+  *nouts = 2;
+  return NULL;
+}
+
+static tpu_status_t* tpu_lower_cummax(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
+  (void)max_outs;
+  return tpu_lower_cumext(b, op, outs, nouts, true);
+}
+static tpu_status_t* tpu_lower_cummin(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
+  (void)max_outs;
+  return tpu_lower_cumext(b, op, outs, nouts, false);
+}
+
+/* ---------------------------------------------------------------- softmax */
+
+/* _softmax/_log_softmax(self, dim, half_to_float): max-shifted in opmath;
+ * half_to_float returns f32 (as PyTorch's CUDA kernel; its CPU kernel refuses). */
+static tpu_status_t* tpu_lower_softmax_like(tpu_builder_t* b, tpu_op_t* op, tpu_val_t* outs, int* nouts, bool log) {
+  tpu_aval_t in = tpu_op_aval(op, 0);
+  if (!tpu_dtype_is_float(in.dtype))
+    return TPU_STATUS(TPU_UNIMPLEMENTED, "\"%s\" not implemented for '%s'", log ? "log_softmax" : "softmax",
+                      tpu_red_c10_name(in.dtype));
+  int dim = tpu_ops_dim(b, tpu_op_int(op, 1, 0), in.rank);
+  tpu_dtype_t out = tpu_op_bool(op, 2, false) ? TPU_F32 : in.dtype;
+  tpu_rdims_t rd = {.n = in.rank > 0, .d = {dim}}; /* a 0-d input reduces nothing: softmax = 1 */
+  tpu_val_t x = tpu_b_convert(b, tpu_op_tensor(b, op, 0), tpu_dtype_opmath(in.dtype));
+  tpu_val_t m = tpu_red_expand(b, tpu_red(b, x, &rd, TPU_RED_MAX), &in, &rd);
+  tpu_val_t sh = tpu_b_binary(b, "stablehlo.subtract", x, m);
+  tpu_val_t e = tpu_b_unary(b, "stablehlo.exponential", sh);
+  tpu_val_t s = tpu_red_expand(b, tpu_red(b, e, &rd, TPU_RED_SUM), &in, &rd);
+  tpu_val_t r = log ? tpu_b_binary(b, "stablehlo.subtract", sh, tpu_b_unary(b, "stablehlo.log", s))
+                    : tpu_b_binary(b, "stablehlo.divide", e, s);
+  outs[0] = tpu_b_convert(b, r, out);
+  *nouts = 1;
+  return NULL;
+}
+
+static tpu_status_t* tpu_lower_softmax(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
+  (void)max_outs;
+  return tpu_lower_softmax_like(b, op, outs, nouts, false);
+}
+static tpu_status_t* tpu_lower_log_softmax(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs,
+                                           int* nouts) {
+  (void)max_outs;
+  return tpu_lower_softmax_like(b, op, outs, nouts, true);
+}
+
+/* _softmax_backward_data / _log_softmax_backward_data(grad, output, dim, input_dtype):
+ * softmax: y·(g − Σ g·y); log_softmax: g − exp(y)·Σ g. Result in input_dtype. */
+static tpu_status_t* tpu_lower_softmax_bwd_like(tpu_builder_t* b, tpu_op_t* op, tpu_val_t* outs, int* nouts,
+                                                bool log) {
+  tpu_aval_t in = tpu_op_aval(op, 0);
+  int dim = tpu_ops_dim(b, tpu_op_int(op, 2, 0), in.rank);
+  tpu_dtype_t ct = tpu_dtype_opmath(in.dtype), out = tpu_op_dtype(op, 3, in.dtype);
+  tpu_rdims_t rd = {.n = in.rank > 0, .d = {dim}};
+  tpu_val_t g = tpu_b_convert(b, tpu_op_tensor(b, op, 0), ct);
+  tpu_val_t y = tpu_b_convert(b, tpu_op_tensor(b, op, 1), ct);
+  tpu_val_t r;
+  if (log) {
+    tpu_val_t s = tpu_red_expand(b, tpu_red(b, g, &rd, TPU_RED_SUM), &in, &rd);
+    r = tpu_b_binary(b, "stablehlo.subtract", g,
+                     tpu_b_binary(b, "stablehlo.multiply", tpu_b_unary(b, "stablehlo.exponential", y), s));
+  } else {
+    tpu_val_t gy = tpu_b_binary(b, "stablehlo.multiply", g, y);
+    tpu_val_t s = tpu_red_expand(b, tpu_red(b, gy, &rd, TPU_RED_SUM), &in, &rd);
+    r = tpu_b_binary(b, "stablehlo.multiply", y, tpu_b_binary(b, "stablehlo.subtract", g, s));
+  }
+  outs[0] = tpu_b_convert(b, r, out);
+  *nouts = 1;
+  return NULL;
+}
+
+static tpu_status_t* tpu_lower_softmax_bwd(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs,
+                                           int* nouts) {
+  (void)max_outs;
+  return tpu_lower_softmax_bwd_like(b, op, outs, nouts, false);
+}
+static tpu_status_t* tpu_lower_log_softmax_bwd(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs,
+                                               int* nouts) {
+  (void)max_outs;
+  return tpu_lower_softmax_bwd_like(b, op, outs, nouts, true);
+}
+
 const tpu_lowering_t tpu_lowerings_reduce[] = {
+    {"sum", tpu_lower_sum},
+    {"nansum", tpu_lower_nansum},
+    {"prod", tpu_lower_prod},
+    {"mean", tpu_lower_mean},
+    {"amax", tpu_lower_amax},
+    {"amin", tpu_lower_amin},
+    {"max", tpu_lower_max},
+    {"min", tpu_lower_min},
+    {"argmax", tpu_lower_argmax},
+    {"argmin", tpu_lower_argmin},
+    {"aminmax", tpu_lower_aminmax},
+    {"any", tpu_lower_any},
+    {"all", tpu_lower_all},
+    {"count_nonzero", tpu_lower_count_nonzero},
+    {"var", tpu_lower_var},
+    {"std", tpu_lower_std},
+    {"var_mean", tpu_lower_var_mean},
+    {"std_mean", tpu_lower_std_mean},
+    {"logsumexp", tpu_lower_logsumexp},
+    {"norm", tpu_lower_norm},
+    {"linalg_vector_norm", tpu_lower_norm},
+    {"cumsum", tpu_lower_cumsum},
+    {"cumprod", tpu_lower_cumprod},
+    {"logcumsumexp", tpu_lower_logcumsumexp},
+    {"_logcumsumexp", tpu_lower_logcumsumexp},
+    {"cummax", tpu_lower_cummax},
+    {"cummin", tpu_lower_cummin},
+    {"_cummax_helper", tpu_lower_cummax},
+    {"_cummin_helper", tpu_lower_cummin},
+    {"_softmax", tpu_lower_softmax},
+    {"_log_softmax", tpu_lower_log_softmax},
+    {"_softmax_backward_data", tpu_lower_softmax_bwd},
+    {"_log_softmax_backward_data", tpu_lower_log_softmax_bwd},
     {NULL, NULL},
 };

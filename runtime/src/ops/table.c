@@ -1,6 +1,7 @@
 /* The op table: family tables merged into one hash map on first use. A name in
  * two families is a bug, reported by tpu_lowering_table_check (a C test). */
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -37,10 +38,23 @@ static void tpu_table_build(void) {
 /* Ops whose output shape depends on Scalar values: those values join the key. */
 static const char* const tpu_static_scalar_ops[] = {"arange", "linspace", "logspace", "range"};
 
+/* Ops with data-dependent output shapes (see TPU_LOWER_DYNAMIC_SHAPE). */
+static const char* const tpu_dynamic_shape_ops[] = {"nonzero", "masked_select", "unique", "_unique",
+                                                    "_unique2", "unique_dim", "unique_consecutive"};
+
+static bool tpu_name_in(const char* name, const char* const* list, size_t n) {
+  for (size_t i = 0; i < n; ++i)
+    if (strcmp(name, list[i]) == 0) return true;
+  return false;
+}
+
 unsigned tpu_lowering_flags(const char* name) {
-  for (size_t i = 0; i < sizeof(tpu_static_scalar_ops) / sizeof(tpu_static_scalar_ops[0]); ++i)
-    if (strcmp(name, tpu_static_scalar_ops[i]) == 0) return TPU_LOWER_STATIC_SCALARS;
-  return 0;
+  unsigned flags = 0;
+  if (tpu_name_in(name, tpu_static_scalar_ops, sizeof(tpu_static_scalar_ops) / sizeof(tpu_static_scalar_ops[0])))
+    flags |= TPU_LOWER_STATIC_SCALARS;
+  if (tpu_name_in(name, tpu_dynamic_shape_ops, sizeof(tpu_dynamic_shape_ops) / sizeof(tpu_dynamic_shape_ops[0])))
+    flags |= TPU_LOWER_DYNAMIC_SHAPE;
+  return flags;
 }
 
 static const tpu_lowering_t* tpu_lowering_lookup(const char* name) {

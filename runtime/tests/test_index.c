@@ -1,0 +1,206 @@
+/* Index-family lowerings on the CPU plugin: gather/scatter, advanced indexing,
+ * masks, sort, and the padded form of nonzero. */
+#include <stdlib.h>
+
+#include "kit.h"
+#include "test.h"
+
+static tpu_arg_t ix_bool(bool v) {
+  tpu_arg_t a;
+  memset(&a, 0, sizeof(a));
+  a.kind = TPU_ARG_BOOL;
+  a.u.b = v;
+  return a;
+}
+
+static tpu_arg_t ix_list(int n, const tpu_tensor_t* ts) {
+  tpu_arg_t a;
+  memset(&a, 0, sizeof(a));
+  a.kind = TPU_ARG_TENSOR_LIST;
+  a.u.list.n = n;
+  a.u.list.tensors = ts;
+  return a;
+}
+
+static tpu_status_t* ix_run(const char* name, const tpu_arg_t* args, int nargs, tpu_result_t* r, int* n) {
+  return tpu_op_run(name, "", 0, args, nargs, 4, r, n);
+}
+
+static tpu_tensor_t ix_result(const tpu_result_t* r) {
+  tpu_tensor_t t;
+  memset(&t, 0, sizeof(t));
+  t.storage = r->storage;
+  t.dtype = r->dtype;
+  t.rank = r->rank;
+  int64_t st = 1;
+  for (int i = r->rank - 1; i >= 0; --i) {
+    t.sizes[i] = r->sizes[i];
+    t.strides[i] = st;
+    st *= r->sizes[i] ? r->sizes[i] : 1;
+  }
+  return t;
+}
+
+static float ix_iota[24] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23};
+
+TEST(index_select_and_gather) {
+  tpu_tensor_t x, idx, out;
+  ASSERT_OK(kit_tensor(TPU_F32, 2, (int64_t[]){3, 4}, ix_iota, &x));
+  int64_t iv[2] = {2, -4}; /* negative wraps */
+  ASSERT_OK(kit_tensor(TPU_I64, 1, (int64_t[]){2}, iv, &idx));
+  tpu_arg_t args[3] = {kit_arg_tensor(&x), kit_arg_int(1), kit_arg_tensor(&idx)};
+  ASSERT_OK(kit_run1("index_select", "", args, 3, &out));
+  ASSERT_EQ_INT(out.sizes[1], 2);
+  float o[6];
+  ASSERT_OK(kit_read_f32(&out, o, 6));
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_NEAR(o[i * 2], 4 * i + 2, 0);
+    EXPECT_NEAR(o[i * 2 + 1], 4 * i, 0);
+  }
+  kit_release(&out);
+  kit_release(&idx);
+  /* gather dim 1 with a [3, 2] index */
+  int64_t gv[6] = {3, 0, 1, 1, 0, 2};
+  ASSERT_OK(kit_tensor(TPU_I64, 2, (int64_t[]){3, 2}, gv, &idx));
+  args[2] = kit_arg_tensor(&idx);
+  ASSERT_OK(kit_run1("gather", "out", args, 3, &out));
+  ASSERT_OK(kit_read_f32(&out, o, 6));
+  for (int i = 0; i < 6; ++i) EXPECT_NEAR(o[i], 4 * (i / 2) + gv[i], 0);
+  kit_release(&out);
+  /* int32 index to gather is an error with PyTorch's message */
+  int32_t g32[6] = {0};
+  tpu_tensor_t idx32;
+  ASSERT_OK(kit_tensor(TPU_I32, 2, (int64_t[]){3, 2}, g32, &idx32));
+  args[2] = kit_arg_tensor(&idx32);
+  EXPECT_CODE(kit_run1("gather", "out", args, 3, &out), TPU_INVALID_ARGUMENT);
+  kit_release(&idx32);
+  kit_release(&idx);
+  kit_release(&x);
+}
+
+TEST(index_scatter_add_duplicates) {
+  float z[5] = {0};
+  tpu_tensor_t x, idx, src, out;
+  ASSERT_OK(kit_tensor(TPU_F32, 1, (int64_t[]){5}, z, &x));
+  int64_t iv[4] = {1, 1, 4, 1};
+  float sv[4] = {1, 2, 3, 4};
+  ASSERT_OK(kit_tensor(TPU_I64, 1, (int64_t[]){4}, iv, &idx));
+  ASSERT_OK(kit_tensor(TPU_F32, 1, (int64_t[]){4}, sv, &src));
+  tpu_arg_t args[4] = {kit_arg_tensor(&x), kit_arg_int(0), kit_arg_tensor(&idx), kit_arg_tensor(&src)};
+  ASSERT_OK(kit_run1("scatter_add", "out", args, 4, &out));
+  float o[5];
+  ASSERT_OK(kit_read_f32(&out, o, 5));
+  float want[5] = {0, 7, 0, 0, 3};
+  for (int i = 0; i < 5; ++i) EXPECT_NEAR(o[i], want[i], 0);
+  kit_release(&out);
+  kit_release(&src);
+  kit_release(&idx);
+  kit_release(&x);
+}
+
+TEST(index_advanced_non_adjacent) {
+  /* x [2, 3, 4]; x[i0, :, i2] with i0, i2 of shape [2] → result [2, 3] */
+  tpu_tensor_t x, i0, i2, out;
+  ASSERT_OK(kit_tensor(TPU_F32, 3, (int64_t[]){2, 3, 4}, ix_iota, &x));
+  int64_t a[2] = {1, 0}, c[2] = {3, -1};
+  ASSERT_OK(kit_tensor(TPU_I64, 1, (int64_t[]){2}, a, &i0));
+  ASSERT_OK(kit_tensor(TPU_I64, 1, (int64_t[]){2}, c, &i2));
+  tpu_tensor_t list[3] = {i0, {0}, i2};
+  tpu_arg_t args[2] = {kit_arg_tensor(&x), ix_list(3, list)};
+  ASSERT_OK(kit_run1("index", "Tensor", args, 2, &out));
+  ASSERT_EQ_INT(out.rank, 2);
+  ASSERT_EQ_INT(out.sizes[0], 2);
+  ASSERT_EQ_INT(out.sizes[1], 3);
+  float o[6];
+  ASSERT_OK(kit_read_f32(&out, o, 6));
+  for (int k = 0; k < 2; ++k)
+    for (int j = 0; j < 3; ++j) EXPECT_NEAR(o[k * 3 + j], a[k] * 12 + j * 4 + (c[k] + 4) % 4, 0);
+  kit_release(&out);
+  /* adjacent: x[:, i0, i0] → [2, 2] (dims stay in place) */
+  tpu_tensor_t list2[3] = {{0}, i0, i0};
+  args[1] = ix_list(3, list2);
+  ASSERT_OK(kit_run1("index", "Tensor", args, 2, &out));
+  ASSERT_EQ_INT(out.sizes[0], 2);
+  ASSERT_EQ_INT(out.sizes[1], 2);
+  float o2[4];
+  ASSERT_OK(kit_read_f32(&out, o2, 4));
+  for (int p = 0; p < 2; ++p)
+    for (int k = 0; k < 2; ++k) EXPECT_NEAR(o2[p * 2 + k], p * 12 + a[k] * 4 + a[k], 0);
+  kit_release(&out);
+  kit_release(&i0);
+  kit_release(&i2);
+  kit_release(&x);
+}
+
+TEST(index_put_mask_and_accumulate) {
+  float xv[6] = {1, -2, 3, -4, 5, -6};
+  bool mv[6] = {false, true, false, true, false, true};
+  float vv[3] = {10, 20, 30};
+  tpu_tensor_t x, m, v, out;
+  ASSERT_OK(kit_tensor(TPU_F32, 2, (int64_t[]){2, 3}, xv, &x));
+  ASSERT_OK(kit_tensor(TPU_BOOL, 2, (int64_t[]){2, 3}, mv, &m));
+  ASSERT_OK(kit_tensor(TPU_F32, 1, (int64_t[]){3}, vv, &v));
+  tpu_tensor_t list[1] = {m};
+  tpu_arg_t args[4] = {kit_arg_tensor(&x), ix_list(1, list), kit_arg_tensor(&v), ix_bool(false)};
+  ASSERT_OK(kit_run1("_index_put_impl", "", args, 4, &out));
+  float o[6];
+  ASSERT_OK(kit_read_f32(&out, o, 6));
+  float want[6] = {1, 10, 3, 20, 5, 30};
+  for (int i = 0; i < 6; ++i) EXPECT_NEAR(o[i], want[i], 0);
+  kit_release(&out);
+  kit_release(&v);
+  /* x[[0, 0, 1]] += [[1,1,1]] (duplicates accumulate) */
+  int64_t iv[3] = {0, 0, 1};
+  tpu_tensor_t idx;
+  ASSERT_OK(kit_tensor(TPU_I64, 1, (int64_t[]){3}, iv, &idx));
+  float one[3] = {1, 1, 1};
+  ASSERT_OK(kit_tensor(TPU_F32, 1, (int64_t[]){3}, one, &v));
+  tpu_tensor_t list2[1] = {idx};
+  args[1] = ix_list(1, list2);
+  args[2] = kit_arg_tensor(&v);
+  args[3] = ix_bool(true);
+  ASSERT_OK(kit_run1("_index_put_impl", "", args, 4, &out));
+  ASSERT_OK(kit_read_f32(&out, o, 6));
+  for (int i = 0; i < 6; ++i) EXPECT_NEAR(o[i], xv[i] + (i < 3 ? 2 : 1), 0);
+  kit_release(&out);
+  kit_release(&idx);
+  kit_release(&v);
+  kit_release(&m);
+  kit_release(&x);
+}
+
+TEST(index_sort_nan_and_nonzero_padded) {
+  float xv[5] = {3, NAN, -1, 3, 0};
+  tpu_tensor_t x;
+  ASSERT_OK(kit_tensor(TPU_F32, 1, (int64_t[]){5}, xv, &x));
+  tpu_arg_t args[4] = {kit_arg_tensor(&x), ix_bool(true), kit_arg_int(0), ix_bool(true)};
+  tpu_result_t r[4];
+  int n = 0;
+  ASSERT_OK(ix_run("sort", args, 4, r, &n));
+  ASSERT_EQ_INT(n, 2);
+  tpu_tensor_t v = ix_result(&r[0]), i = ix_result(&r[1]);
+  float ov[5], oi[5];
+  ASSERT_OK(kit_read_f32(&v, ov, 5));
+  ASSERT_OK(kit_read_f32(&i, oi, 5));
+  EXPECT(isnan(ov[0]));
+  float wv[4] = {3, 3, 0, -1}, wi[5] = {1, 0, 3, 4, 2};
+  for (int k = 1; k < 5; ++k) EXPECT_NEAR(ov[k], wv[k - 1], 0);
+  for (int k = 0; k < 5; ++k) EXPECT_NEAR(oi[k], wi[k], 0);
+  kit_release(&v);
+  kit_release(&i);
+  /* nonzero_padded: rows of nonzero coordinates first, then the count */
+  ASSERT_OK(ix_run("nonzero_padded", args, 1, r, &n));
+  ASSERT_EQ_INT(n, 2);
+  tpu_tensor_t c = ix_result(&r[0]), cnt = ix_result(&r[1]);
+  ASSERT_EQ_INT(c.sizes[0], 5);
+  ASSERT_EQ_INT(c.sizes[1], 1);
+  float oc[5], on[1];
+  ASSERT_OK(kit_read_f32(&c, oc, 5));
+  ASSERT_OK(kit_read_f32(&cnt, on, 1));
+  EXPECT_NEAR(on[0], 4, 0);
+  float wc[4] = {0, 1, 2, 3};
+  for (int k = 0; k < 4; ++k) EXPECT_NEAR(oc[k], wc[k], 0);
+  kit_release(&c);
+  kit_release(&cnt);
+  kit_release(&x);
+}

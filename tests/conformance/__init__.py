@@ -1,0 +1,1 @@
+"""OpInfo conformance harness (run_opinfo.py, harness.py, report.py)."""

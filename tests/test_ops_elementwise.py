@@ -1,0 +1,330 @@
+"""Elementwise ops on tpu compared with PyTorch on CPU.
+
+Each op runs over the dtypes PyTorch's CPU supports for it among float32,
+bfloat16, float16, int64, int32, int8, uint8 and bool; where the CPU raises, tpu
+must raise the same exception type. Then promotion with Python scalars and 0-dim
+tensors, broadcasting, in-place and out= forms, non-contiguous views, special
+values (nan, inf, -0.0) and gradients of the float ops.
+
+Known, documented difference: integer division / remainder / fmod by zero return
+XLA's values on tpu where the CPU raises ZeroDivisionError, so the integer inputs
+below never divide by zero."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tpu_testing import assert_same, check, check_grad, to_cpu, to_tpu
+
+DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.int32, torch.int8, torch.uint8, torch.bool]
+FLOATS = [torch.float32, torch.bfloat16, torch.float16]
+SHAPE = (3, 5)
+
+
+def make(dtype, shape=SHAPE, low=-3.0, high=3.0, nonzero=False):
+    """Random values of dtype; integers in [low, high] (uint8 from 0), never 0 if nonzero."""
+    if dtype == torch.bool:
+        return torch.ones(shape, dtype=torch.bool) if nonzero else torch.rand(shape) > 0.5
+    if dtype.is_floating_point:
+        x = torch.empty(shape).uniform_(low, high)
+        if nonzero:
+            x = torch.where(x.abs() < 0.1, torch.full_like(x, 0.5), x)
+        return x.to(dtype)
+    lo = max(int(low), 0) if dtype == torch.uint8 else int(low)
+    x = torch.randint(lo, int(high) + 1, shape)
+    if nonzero:
+        x = torch.where(x == 0, torch.ones_like(x), x)
+    return x.to(dtype)
+
+
+def check_like_cpu(fn, *args, scale=1.0, **kwargs):
+    """check(), or when the CPU raises, the same exception type on tpu."""
+    try:
+        expected = fn(*args, **kwargs)
+    except Exception as e:  # noqa: BLE001  (any CPU error must be mirrored)
+        with pytest.raises(type(e)):
+            to_cpu(fn(*to_tpu(args), **to_tpu(kwargs)))
+        return
+    actual = fn(*to_tpu(args), **to_tpu(kwargs))
+    assert_same(actual, expected, scale)
+
+
+# ----------------------------------------------------------------- unary ops
+
+UNARY = {
+    "neg": torch.neg, "abs": torch.abs, "sign": torch.sign, "sgn": torch.sgn,
+    "exp": torch.exp, "exp2": torch.exp2, "log": torch.log, "log2": torch.log2, "log10": torch.log10,
+    "log1p": torch.log1p, "expm1": torch.expm1, "sqrt": torch.sqrt, "rsqrt": torch.rsqrt,
+    "reciprocal": torch.reciprocal, "sin": torch.sin, "cos": torch.cos, "tan": torch.tan,
+    "asin": torch.asin, "acos": torch.acos, "atan": torch.atan, "sinh": torch.sinh, "cosh": torch.cosh,
+    "tanh": torch.tanh, "asinh": torch.asinh, "acosh": torch.acosh, "atanh": torch.atanh,
+    "sigmoid": torch.sigmoid, "erf": torch.erf, "erfc": torch.erfc, "erfinv": torch.erfinv,
+    "floor": torch.floor, "ceil": torch.ceil, "round": torch.round, "trunc": torch.trunc, "frac": torch.frac,
+    "round_decimals": lambda x: torch.round(x, decimals=2), "round_neg_decimals": lambda x: torch.round(x * 100, decimals=-1),
+    "sinc": torch.sinc, "deg2rad": torch.deg2rad, "rad2deg": torch.rad2deg, "square": torch.square,
+    "bitwise_not": torch.bitwise_not, "logical_not": torch.logical_not,
+    "isnan": torch.isnan, "isinf": torch.isinf, "isfinite": torch.isfinite, "isposinf": torch.isposinf,
+    "isneginf": torch.isneginf, "signbit": torch.signbit, "nan_to_num": torch.nan_to_num,
+    "relu": torch.relu, "relu6": F.relu6, "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "silu": F.silu, "mish": F.mish, "hardswish": F.hardswish, "hardsigmoid": F.hardsigmoid,
+    "hardtanh": F.hardtanh, "hardtanh_args": lambda x: F.hardtanh(x, 0.5, 2.0), "elu": F.elu,
+    "elu_args": lambda x: F.elu(x, alpha=0.7), "selu": F.selu, "celu": lambda x: F.celu(x, alpha=1.3),
+    "leaky_relu": lambda x: F.leaky_relu(x, 0.2), "softplus": F.softplus,
+    "softplus_args": lambda x: F.softplus(x, beta=2.0, threshold=1.0), "logsigmoid": F.logsigmoid,
+    "threshold": lambda x: F.threshold(x, 1.0, -5.0), "logit": torch.logit,
+    "logit_eps": lambda x: torch.logit(x, eps=0.1), "glu": F.glu, "glu_dim0": lambda x: F.glu(x[:2], dim=0),
+    "prelu": lambda x: F.prelu(x, torch.tensor([0.25], dtype=x.dtype, device=x.device)),
+}
+# Ops whose interesting domain is (0, 1) or positive.
+UNIT_DOMAIN = {"logit", "logit_eps", "asin", "acos", "atanh", "erfinv"}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name", list(UNARY))
+def test_unary(name, dtype):
+    fn = UNARY[name]
+    if name in UNIT_DOMAIN and dtype.is_floating_point:
+        x = make(dtype, low=-0.2, high=1.2)
+    else:
+        x = make(dtype, shape=(4, 6) if name.startswith("glu") else SHAPE)
+    check_like_cpu(fn, x)
+
+
+def test_unary_special_values():
+    x = torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0, 0.0, 0.5, -0.5, 1.5, -2.5, 1e-30, 1e30])
+    for fn in [torch.sign, torch.abs, torch.relu, torch.floor, torch.ceil, torch.round, torch.trunc, torch.frac,
+               torch.isnan, torch.isinf, torch.isfinite, torch.isposinf, torch.isneginf, torch.signbit,
+               torch.nan_to_num, lambda t: torch.nan_to_num(t, nan=1.0, posinf=2.0, neginf=-2.0), torch.sinc,
+               torch.sigmoid, torch.exp, torch.log, torch.reciprocal, torch.rsqrt, F.softplus, F.logsigmoid,
+               F.gelu, F.silu, F.mish, F.elu, F.hardswish, lambda t: t.clamp(-1, 1), lambda t: t.clamp(min=0)]:
+        check(fn, x)
+    for dtype in [torch.float16, torch.bfloat16]:
+        check(torch.nan_to_num, x.to(dtype))
+
+
+def test_unary_errors_match_pytorch():
+    b = torch.tensor([True, False])
+    for fn in [torch.neg, torch.abs, torch.relu, F.hardtanh, torch.floor]:
+        check_like_cpu(fn, b)
+    with pytest.raises(RuntimeError, match="approximate argument must be either none or tanh"):
+        F.gelu(torch.ones(3, device="tpu"), approximate="exact")
+    with pytest.raises(RuntimeError, match="Halving dimension must be even"):
+        F.glu(torch.ones(3, device="tpu"))
+
+
+# ---------------------------------------------------------------- binary ops
+
+BINARY = {
+    "add": torch.add, "add_alpha": lambda a, b: torch.add(a, b, alpha=2), "sub": torch.sub,
+    "sub_alpha": lambda a, b: torch.sub(a, b, alpha=3), "rsub": torch.rsub, "mul": torch.mul, "div": torch.div,
+    "div_trunc": lambda a, b: torch.div(a, b, rounding_mode="trunc"),
+    "div_floor": lambda a, b: torch.div(a, b, rounding_mode="floor"), "true_divide": torch.true_divide,
+    "floor_divide": torch.floor_divide, "remainder": torch.remainder, "fmod": torch.fmod,
+    "pow": lambda a, b: torch.pow(a, b.abs() if not b.is_floating_point() else b), "atan2": torch.atan2,
+    "hypot": torch.hypot, "maximum": torch.maximum, "minimum": torch.minimum, "fmax": torch.fmax, "fmin": torch.fmin,
+    "eq": torch.eq, "ne": torch.ne, "lt": torch.lt, "le": torch.le, "gt": torch.gt, "ge": torch.ge,
+    "logical_and": torch.logical_and, "logical_or": torch.logical_or, "logical_xor": torch.logical_xor,
+    "bitwise_and": torch.bitwise_and, "bitwise_or": torch.bitwise_or, "bitwise_xor": torch.bitwise_xor,
+    "lshift": lambda a, b: a << b.abs(), "rshift": lambda a, b: a >> b.abs(),
+    "xlogy": torch.xlogy, "heaviside": torch.heaviside, "copysign": torch.copysign,
+    "float_power": torch.float_power, "where": lambda a, b: torch.where(a > b, a, b),
+    "clamp_tensor": lambda a, b: torch.clamp(a, min=b), "clamp_max_tensor": lambda a, b: torch.clamp(a, max=b),
+    "lerp": lambda a, b: torch.lerp(a, b, 0.3), "lerp_tensor": lambda a, b: torch.lerp(a, b, torch.full_like(a, 0.7)),
+    "addcmul": lambda a, b: torch.addcmul(a, a, b, value=2), "addcdiv": lambda a, b: torch.addcdiv(a, a, b, value=0.5),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name", list(BINARY))
+def test_binary(name, dtype):
+    # broadcasting: (3, 5) with (5,)
+    check_like_cpu(BINARY[name], make(dtype), make(dtype, shape=(5,), nonzero=True))
+
+
+PROMOTION_PAIRS = [
+    (torch.int32, torch.float16), (torch.uint8, torch.int8), (torch.bool, torch.int64), (torch.bfloat16, torch.float16),
+    (torch.int64, torch.float32), (torch.bool, torch.float32), (torch.uint8, torch.bool),
+]
+
+
+@pytest.mark.parametrize("pair", PROMOTION_PAIRS, ids=str)
+@pytest.mark.parametrize("name", ["add", "mul", "div", "lt", "maximum", "where", "remainder", "bitwise_or", "atan2"])
+def test_binary_promotion(name, pair):
+    check_like_cpu(BINARY[name], make(pair[0]), make(pair[1], nonzero=True))
+
+
+SCALARS = [2, -3, 2.5, True]
+SCALAR_DTYPES = [torch.float32, torch.bfloat16, torch.int32, torch.uint8, torch.bool]
+SCALAR_OPS = {
+    "add": lambda x, s: x + s, "radd": lambda x, s: s + x, "sub": lambda x, s: x - s, "rsub": lambda x, s: s - x,
+    "mul": lambda x, s: x * s, "div": lambda x, s: x / s, "rdiv": lambda x, s: s / x, "floordiv": lambda x, s: x // s,
+    "mod": lambda x, s: x % s, "rmod": lambda x, s: s % x, "pow": lambda x, s: x ** s, "rpow": lambda x, s: s ** x,
+    "lt": lambda x, s: x < s, "eq": lambda x, s: x == s, "and": lambda x, s: x & s, "where": lambda x, s: torch.where(x > 1, x, s),
+    "clamp": lambda x, s: x.clamp(min=s), "maximum": lambda x, s: torch.maximum(x, torch.tensor(s)),
+}
+
+
+@pytest.mark.parametrize("dtype", SCALAR_DTYPES, ids=str)
+@pytest.mark.parametrize("name", list(SCALAR_OPS))
+def test_python_scalars(name, dtype):
+    x = make(dtype, nonzero=name in ("rdiv", "rmod", "rpow"))
+    for s in SCALARS:
+        if name in ("floordiv", "mod") and s is True:
+            continue
+        if name == "pow" and isinstance(s, int) and not isinstance(s, bool) and s < 0 and not dtype.is_floating_point:
+            continue  # CPU raises on the scalar's value; tpu computes (the value is a runtime operand)
+        check_like_cpu(SCALAR_OPS[name], x, s)
+
+
+def test_zero_dim_tensors():
+    f16 = make(torch.float16)
+    i8 = make(torch.int8)
+    u8 = make(torch.uint8)
+    for x, s in [(f16, torch.tensor(2.5)), (i8, torch.tensor(300)), (i8, torch.tensor(2.5)), (u8, torch.tensor(-1)),
+                 (torch.tensor(3.0), torch.tensor(2, dtype=torch.int32)), (u8, torch.tensor(True))]:
+        for fn in [torch.add, torch.mul, torch.sub, torch.lt, torch.maximum]:
+            check_like_cpu(fn, x, s)
+    # a 0-dim CPU tensor combines with a tpu tensor
+    x = make(torch.float32)
+    assert_same(x.to("tpu") * torch.tensor(3.0), x * 3.0)
+
+
+def test_arithmetic_errors_match_pytorch():
+    b = torch.tensor([True, False])
+    i = torch.tensor([1, 2])
+    f = torch.tensor([1.0, 2.0])
+    check_like_cpu(torch.sub, b, b)
+    check_like_cpu(lambda x: x - True, f)
+    check_like_cpu(lambda x, y: torch.add(x, y, alpha=0.5), i, i)
+    check_like_cpu(lambda x, y: torch.add(x, y, alpha=True), f, f)
+    check_like_cpu(lambda x, y: torch.add(x, y, alpha=False), b, b)
+    check_like_cpu(lambda x, y: torch.where(x, y, y), f, f)
+    check_like_cpu(lambda x, y: torch.heaviside(x, y), f, f.double())
+    check_like_cpu(lambda x, y: torch.lerp(x, y, 0.5), f, f.double())
+    check_like_cpu(lambda x, y: torch.addcdiv(x, y, y), f, i)
+    check_like_cpu(lambda x: x.clamp(), f)
+    with pytest.raises(RuntimeError, match="rounding_mode"):
+        torch.div(f.to("tpu"), 2, rounding_mode="round")
+
+
+def test_integer_edge_cases():
+    # Python rounding of negative integer division; powi with negative exponents
+    a = torch.tensor([7, -7, 7, -7, -128, 0], dtype=torch.int64)
+    b = torch.tensor([2, 2, -2, -2, -1, 3], dtype=torch.int64)
+    for fn in [lambda x, y: torch.div(x, y, rounding_mode="floor"), lambda x, y: torch.div(x, y, rounding_mode="trunc"),
+               torch.remainder, torch.fmod, torch.floor_divide]:
+        check(fn, a, b)
+        check(fn, a.to(torch.int8), b.to(torch.int8))
+    check(torch.pow, torch.tensor([2, 1, -1, -1, 0, 3]), torch.tensor([-1, -5, -3, -2, 2, 3]))
+    # shifts by out-of-range amounts
+    x = torch.tensor([5, -6, 100, -1], dtype=torch.int32)
+    for amount in [torch.tensor([0, 31, 32, 40], dtype=torch.int32), torch.tensor([-1, 1, 33, 2], dtype=torch.int32)]:
+        check(torch.bitwise_left_shift, x, amount)
+        check(torch.bitwise_right_shift, x, amount)
+    u = torch.tensor([5, 200, 255, 1], dtype=torch.uint8)
+    check(torch.bitwise_right_shift, u, torch.tensor([1, 7, 8, 9], dtype=torch.uint8))
+    # integer division by zero returns a value instead of raising (no abort, no sync)
+    z = torch.div(a.to("tpu"), torch.zeros_like(a).to("tpu"), rounding_mode="floor").cpu()
+    assert z.dtype == torch.int64 and z.shape == a.shape
+
+
+def test_binary_special_values():
+    v = torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0, 0.0, 1.5, -2.5])
+    x, y = v.repeat_interleave(7), v.repeat(7)
+    for fn in [torch.add, torch.mul, torch.div, torch.remainder, torch.fmod, torch.maximum, torch.minimum, torch.fmax,
+               torch.fmin, torch.atan2, torch.hypot, torch.xlogy, torch.copysign, torch.heaviside, torch.pow,
+               torch.floor_divide, torch.eq, torch.ne, torch.lt, torch.ge,
+               lambda a, b: torch.div(a, b, rounding_mode="trunc"), lambda a, b: torch.clamp(a, min=b)]:
+        check(fn, x, y)
+
+
+# -------------------------------------------------------- in-place and out=
+
+def test_inplace():
+    x, y = make(torch.float32), make(torch.float32, shape=(5,))
+    check(lambda a, b: a.clone().add_(b), x, y)
+    check(lambda a, b: a.clone().sub_(b, alpha=2), x, y)
+    check(lambda a, b: a.clone().mul_(b).div_(2), x, y)
+    check(lambda a: a.clone().clamp_(-1, 1).relu_(), x)
+    check(lambda a: a.clone().exp_().sqrt_(), x)
+    check(lambda a, b: a.clone().lerp_(b, 0.25), x, y)
+    check(lambda a, b: a.clone().masked_fill_(b > 0, 0).add_(1), x, y)
+    check(lambda a: a.clone().bitwise_and_(6).__ilshift__(1), make(torch.int32))
+    check(lambda a: F.threshold(a.clone(), 0.5, 3.0, inplace=True), x)
+    # an in-place op into a view writes through to the base
+    check(lambda a: (a.clone()[:, 1:3].mul_(10), a)[1], x)
+    # the result type must cast to self
+    check_like_cpu(lambda a: a.clone().div_(2), make(torch.int64))
+    check_like_cpu(lambda a: a.clone().add_(1.5), make(torch.int32))
+
+
+def test_out():
+    x, y = make(torch.float32), make(torch.float32)
+
+    def with_out(fn, *args, dtype=torch.float32, **kwargs):
+        out = torch.empty(SHAPE, dtype=dtype, device=args[0].device)
+        r = fn(*args, out=out, **kwargs)
+        assert r is out
+        return out
+
+    check(lambda a, b: with_out(torch.add, a, b), x, y)
+    check(lambda a: with_out(torch.exp, a), x)
+    check(lambda a, b: with_out(torch.lt, a, b, dtype=torch.bool), x, y)
+    check(lambda a, b: with_out(torch.lt, a, b, dtype=torch.float32), x, y)
+    check(lambda a, b: with_out(torch.div, a, b, rounding_mode="floor", dtype=torch.int64),
+          make(torch.int64), make(torch.int64, nonzero=True))
+    check(lambda a, b: with_out(torch.where, a > 0, a, b), x, y)
+
+
+# ------------------------------------------------------------ non-contiguous
+
+def test_non_contiguous_inputs():
+    x = make(torch.float32, shape=(5, 6))
+    y = make(torch.float32, shape=(6, 5))
+    check(lambda a: torch.exp(a.t()), x)
+    check(lambda a: F.gelu(a[:, ::2]), x)
+    check(lambda a, b: a.t() + b, x, y)
+    check(lambda a, b: torch.where(a.t() > 0, a.t(), b[:, 1:3].sum(1, keepdim=True)), x, y)
+    check(lambda a, b: torch.atan2(a[1:, ::2], b.t()[1:, ::2]), x, y)
+    check(lambda a: a.expand(4, 5, 6).sigmoid(), x)
+
+
+# ----------------------------------------------------------------- gradients
+
+GRAD_UNARY = {
+    "exp": torch.exp, "log": lambda x: torch.log(x.abs() + 0.5), "sin": torch.sin, "tanh": torch.tanh,
+    "sigmoid": torch.sigmoid, "erf": torch.erf, "abs": torch.abs, "sqrt": lambda x: torch.sqrt(x.abs() + 0.1),
+    "rsqrt": lambda x: torch.rsqrt(x.abs() + 0.1), "relu": torch.relu, "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"), "silu": F.silu, "mish": F.mish,
+    "hardswish": F.hardswish, "hardsigmoid": F.hardsigmoid, "hardtanh": F.hardtanh, "relu6": F.relu6,
+    "elu": F.elu, "selu": F.selu, "celu": lambda x: F.celu(x, 0.5), "leaky_relu": F.leaky_relu,
+    "softplus": F.softplus, "logsigmoid": F.logsigmoid, "threshold": lambda x: F.threshold(x, 0.3, 1.0),
+    "logit": lambda x: torch.logit(torch.sigmoid(x), eps=1e-3), "glu": F.glu,
+    "prelu": lambda x: F.prelu(x, torch.tensor([0.25], device=x.device)), "pow": lambda x: x ** 3,
+    "clamp": lambda x: x.clamp(-0.5, 0.5), "atan": torch.atan, "expm1": torch.expm1,
+}
+
+
+@pytest.mark.parametrize("name", list(GRAD_UNARY))
+def test_grad_unary(name):
+    x = make(torch.float32, shape=(4, 6))
+    check_grad(GRAD_UNARY[name], x, scale=10)
+
+
+GRAD_BINARY = {
+    "mul": torch.mul, "div": lambda a, b: a / (b.abs() + 0.5), "sub": lambda a, b: torch.sub(a, b, alpha=2),
+    "atan2": torch.atan2, "hypot": torch.hypot, "maximum": torch.maximum, "where": lambda a, b: torch.where(a > b, a, b),
+    "lerp": lambda a, b: torch.lerp(a, b, 0.3), "addcmul": lambda a, b: torch.addcmul(a, a, b, value=0.5),
+    "addcdiv": lambda a, b: torch.addcdiv(a, a, b.abs() + 0.5), "xlogy": lambda a, b: torch.xlogy(a, b.abs() + 0.1),
+    "pow": lambda a, b: torch.pow(a.abs() + 0.1, b), "copysign": torch.copysign,
+}
+
+
+@pytest.mark.parametrize("name", list(GRAD_BINARY))
+def test_grad_binary(name):
+    check_grad(GRAD_BINARY[name], make(torch.float32, shape=(4, 6)), make(torch.float32, shape=(6,)), scale=10)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_grad_reduced_precision(dtype):
+    x = make(dtype, shape=(4, 6))
+    check_grad(lambda t: F.gelu(F.silu(t) * torch.sigmoid(t)), x)

@@ -1,0 +1,336 @@
+"""The reduce family compared with PyTorch on CPU: reductions, arg reductions,
+moments, norms, scans and softmax, over dtypes x dims x keepdim, plus NaN,
+ties, empty, 0-d and non-contiguous inputs, errors and gradients."""
+import math
+
+import pytest
+import torch
+
+from tpu_testing import assert_same, check, check_grad, to_tpu
+
+ALL = [torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.int32, torch.int8, torch.uint8, torch.bool]
+FLOATS = [torch.float32, torch.bfloat16, torch.float16]
+DIMS = [None, 1, -1, (0, 2)]
+
+
+def make(shape, dtype, lo=-3, hi=4):
+    """Random values of `dtype`; small integer ranges give ties on purpose."""
+    if dtype == torch.bool:
+        return torch.rand(shape) > 0.5
+    if dtype.is_floating_point:
+        return torch.randn(shape).to(dtype)
+    if dtype == torch.uint8:
+        lo = 0
+    return torch.randint(lo, hi, shape, dtype=dtype)
+
+
+def same_or_raises(fn, *args, scale=1.0, **kwargs):
+    """check(), or the same exception type and message when PyTorch's CPU raises."""
+    try:
+        fn(*args, **kwargs)
+    except Exception as e:  # noqa: BLE001 - any PyTorch error is the expectation
+        with pytest.raises(type(e)) as info:
+            fn(*to_tpu(args), **to_tpu(kwargs))
+        assert str(e).split("\n")[0] in str(info.value), f"{info.value!r} vs {e!r}"
+        return
+    check(fn, *args, scale=scale, **kwargs)
+
+
+def dim_kw(dim, keepdim):
+    return {} if dim is None else {"dim": dim, "keepdim": keepdim}
+
+
+# Reductions taking (dim: int | list, keepdim); name -> fn(x, **kw).
+LIST_REDUCTIONS = {
+    "sum": torch.sum,
+    "nansum": torch.nansum,
+    "mean": torch.mean,
+    "amax": lambda x, **kw: torch.amax(x, **({"dim": ()} | kw)),
+    "amin": lambda x, **kw: torch.amin(x, **({"dim": ()} | kw)),
+    "any": torch.any,
+    "all": torch.all,
+    "count_nonzero": lambda x, dim=None, keepdim=False: torch.count_nonzero(x, dim=dim),
+    "logsumexp": lambda x, dim=None, keepdim=False: torch.logsumexp(x, dim=tuple(range(x.dim())) if dim is None else dim,
+                                                                     keepdim=keepdim),
+    "var": torch.var,
+    "std": torch.std,
+    "norm": lambda x, **kw: torch.linalg.vector_norm(x, **kw),
+}
+
+
+@pytest.mark.parametrize("dtype", ALL, ids=str)
+@pytest.mark.parametrize("name", list(LIST_REDUCTIONS))
+def test_list_reductions_dtypes(name, dtype):
+    x = make((3, 4, 5), dtype)
+    fn = LIST_REDUCTIONS[name]
+    for dim, keepdim in [(None, False), ((0, 2), True)]:
+        same_or_raises(fn, x, scale=2, **dim_kw(dim, keepdim))
+
+
+@pytest.mark.parametrize("keepdim", [False, True])
+@pytest.mark.parametrize("dim", DIMS, ids=str)
+@pytest.mark.parametrize("name", list(LIST_REDUCTIONS))
+def test_list_reductions_dims(name, dim, keepdim):
+    check(LIST_REDUCTIONS[name], make((3, 4, 5), torch.float32), **dim_kw(dim, keepdim))
+
+
+@pytest.mark.parametrize("dtype", ALL, ids=str)
+def test_prod(dtype):
+    x = make((3, 4), dtype)
+    same_or_raises(torch.prod, x)
+    same_or_raises(torch.prod, x, 1, keepdim=True)
+    same_or_raises(torch.prod, x, -2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int8, torch.bool], ids=str)
+def test_sum_dtype_argument(dtype):
+    x = make((4, 5), dtype)
+    check(torch.sum, x, dtype=torch.float64)
+    check(torch.sum, x, 1, dtype=torch.int32)
+    check(torch.prod, x, 0, dtype=torch.float32)
+    same_or_raises(torch.mean, x, dtype=torch.float32)
+    same_or_raises(torch.mean, x, dtype=torch.int64)
+    check(torch.cumsum, x, 1, dtype=torch.float32)
+
+
+def test_sum_empty_list_means_all_and_any_empty_list_means_none():
+    x = make((3, 4), torch.float32)
+    check(lambda v: torch.sum(v, dim=[]), x)
+    check(lambda v: torch.mean(v, dim=[]), x)
+    check(lambda v: torch.any(v, dim=()), x)
+    check(lambda v: torch.all((v.abs() * 2).to(torch.uint8), dim=()), x)
+
+
+@pytest.mark.parametrize("dtype", ALL, ids=str)
+def test_max_min_dim_values_and_first_indices(dtype):
+    x = make((4, 6), dtype)  # small integer range: ties everywhere
+    for fn in (torch.max, torch.min):
+        same_or_raises(lambda v: tuple(fn(v, 1)), x)
+        same_or_raises(lambda v: tuple(fn(v, 0, keepdim=True)), x)
+        same_or_raises(lambda v: fn(v), x)
+
+
+@pytest.mark.parametrize("dtype", ALL, ids=str)
+def test_argmax_argmin(dtype):
+    x = make((4, 6), dtype)
+    for fn in (torch.argmax, torch.argmin):
+        same_or_raises(fn, x)
+        same_or_raises(fn, x, keepdim=True)
+        same_or_raises(fn, x, 1)
+        same_or_raises(fn, x, -2, keepdim=True)
+
+
+@pytest.mark.parametrize("dtype", ALL, ids=str)
+def test_aminmax(dtype):
+    x = make((4, 6), dtype)
+    same_or_raises(lambda v: tuple(torch.aminmax(v)), x)
+    same_or_raises(lambda v: tuple(torch.aminmax(v, keepdim=True)), x)
+    same_or_raises(lambda v: tuple(torch.aminmax(v, dim=1, keepdim=True)), x)
+
+
+def test_max_other_is_elementwise():
+    a, b = make((3, 4), torch.float32), make((4,), torch.int64)
+    a[0, 0] = float("nan")
+    check(torch.max, a, b)
+    check(torch.min, a, b)
+    check(torch.max, make((3,), torch.bool), make((3,), torch.bool))
+
+
+def test_nan_propagation():
+    x = torch.randn(4, 5)
+    x[1, 2] = float("nan")
+    x[3, 0] = float("nan")
+    x[3, 4] = float("nan")
+    for fn in (torch.amax, torch.amin, torch.max, torch.min, torch.argmax, torch.argmin):
+        check(fn, x)
+    for fn in (torch.max, torch.min):
+        check(lambda v: tuple(fn(v, 1)), x)
+    check(torch.argmax, x, 1)
+    check(torch.amax, x, 0)
+    check(lambda v: tuple(torch.aminmax(v, dim=1)), x)
+    check(lambda v: tuple(torch.cummax(v, 1)), x)
+    check(lambda v: tuple(torch.cummin(v, 1)), x)
+    check(torch.nansum, x, 1)
+    check(torch.nanmean, x, 1)
+    check(torch.logsumexp, x, 1)
+    check(torch.softmax, x, 1)
+    check(torch.logcumsumexp, x, 1)
+    check(torch.linalg.vector_norm, x, float("inf"), 1)
+
+
+def test_infinities():
+    x = torch.tensor([[float("-inf"), float("-inf")], [float("inf"), 1.0], [float("-inf"), 0.0]])
+    check(torch.logsumexp, x, 1)
+    check(torch.logcumsumexp, x, 1)
+    check(torch.log_softmax, x, 1)
+    check(torch.amax, x, 1)
+
+
+@pytest.mark.parametrize("dtype", ALL, ids=str)
+def test_scans(dtype):
+    x = make((3, 37), dtype, -2, 3)  # 37: not a power of two (log-step scan)
+    same_or_raises(torch.cumsum, x, 1)
+    same_or_raises(torch.cumsum, x, 0)
+    same_or_raises(torch.cumprod, x[:, :12], 1, scale=2)
+    same_or_raises(lambda v: tuple(torch.cummax(v, 1)), x)
+    same_or_raises(lambda v: tuple(torch.cummin(v, -1)), x)
+    same_or_raises(torch.logcumsumexp, x, 1, scale=2)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_softmax_family(dtype):
+    x = make((3, 4, 5), dtype)
+    for dim in (0, 1, -1):
+        check(torch.softmax, x, dim)
+        check(torch.log_softmax, x, dim)
+    check(torch.softmax, x, 1, dtype=torch.float32)
+
+
+def test_softmax_half_to_float():
+    """half_to_float is CUDA-only in PyTorch; the tpu returns float32 like CUDA."""
+    x = torch.randn(3, 5).half()
+    y = torch.ops.aten._softmax(x.to("tpu"), 1, True)
+    assert y.dtype == torch.float32
+    torch.testing.assert_close(y.cpu(), torch.softmax(x.float(), 1), rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_var_std_mean(dtype):
+    x = make((4, 6), dtype)
+    for kw in ({}, {"dim": 1}, {"dim": (0, 1), "keepdim": True}, {"dim": 0, "correction": 0},
+               {"dim": 1, "correction": 2.5}, {"dim": 1, "unbiased": False}):
+        check(torch.var, x, **kw)
+        check(torch.std, x, **kw)
+        check(lambda v: tuple(torch.var_mean(v, **kw)), x)
+        check(lambda v: tuple(torch.std_mean(v, **kw)), x)
+    same_or_raises(torch.var, make((3,), torch.int64))
+
+
+def test_var_dof_non_positive():
+    check(torch.var, torch.randn(1))
+    check(torch.var, torch.randn(2, 3), 1, correction=3)
+    check(torch.std, torch.randn(2, 3), 1, correction=5)
+
+
+def test_var_complex():
+    check(torch.var, torch.randn(4, 3, dtype=torch.complex64), 0)
+
+
+@pytest.mark.parametrize("ord", [2, 1, float("inf"), float("-inf"), 0, 3, -1, 0.5])
+def test_vector_norm_orders(ord):
+    x = torch.randn(4, 5)
+    x[0, 0] = 0.0
+    check(torch.linalg.vector_norm, x, ord)
+    check(torch.linalg.vector_norm, x, ord, dim=1, keepdim=True)
+    check(torch.norm, x, ord, dim=(0, 1))
+
+
+def test_norm_dtypes_and_errors():
+    x = torch.randn(3, 4)
+    check(torch.linalg.vector_norm, x.half())
+    check(torch.linalg.vector_norm, x.bfloat16(), 1, dim=0)
+    check(torch.linalg.vector_norm, x, dtype=torch.float64)
+    check(torch.norm, x, 2, dtype=torch.float64)
+    same_or_raises(torch.linalg.vector_norm, x, dtype=torch.float16)
+    same_or_raises(torch.linalg.vector_norm, torch.arange(4))
+    check(torch.linalg.vector_norm, torch.randn(3, dtype=torch.complex64))
+
+
+def test_empty_reductions():
+    e = torch.empty(2, 0)
+    for fn in (torch.sum, torch.prod, torch.mean, torch.nansum, torch.count_nonzero, torch.any, torch.all,
+               torch.var, torch.logsumexp, torch.amax, torch.argmax, torch.argmin):
+        for args in ((1,), (0,)):
+            same_or_raises(fn, e, *args)
+    for fn in (torch.sum, torch.prod, torch.mean, torch.amax, torch.amin, torch.max, torch.min, torch.argmax,
+               torch.aminmax, torch.linalg.vector_norm, torch.any, torch.all):
+        same_or_raises(fn, e)
+    same_or_raises(lambda v: tuple(torch.max(v, 1)), e)
+    same_or_raises(lambda v: tuple(torch.aminmax(v, dim=1)), e)
+    same_or_raises(lambda v: tuple(torch.max(v, 0)), e)
+    same_or_raises(torch.cumsum, e, 1)
+    same_or_raises(torch.softmax, e, 1)
+
+
+def test_zero_dim_inputs():
+    s = torch.tensor(2.5)
+    for fn in (torch.sum, torch.mean, torch.prod, torch.amax, torch.max, torch.argmax, torch.any, torch.var,
+               torch.linalg.vector_norm, torch.count_nonzero, torch.nansum):
+        same_or_raises(fn, s)
+    for fn in (torch.sum, torch.amax, torch.argmax, torch.cumsum, torch.cumprod, torch.softmax, torch.log_softmax,
+               torch.logsumexp, torch.logcumsumexp):
+        same_or_raises(fn, s, 0)
+        same_or_raises(fn, s, -1)
+    check(lambda v: tuple(torch.max(v, 0, keepdim=True)), s)
+    check(lambda v: tuple(torch.cummax(v, 0)), s)
+    check(lambda v: tuple(torch.aminmax(v, dim=0)), s)
+    check(torch.argmax, s, 0, keepdim=True)
+
+
+def test_non_contiguous_inputs():
+    base = torch.randn(6, 8)
+    for x in (base.t(), base[::2, 1:7], base[:, 3], base.unsqueeze(0).expand(3, 6, 8)):
+        check(torch.sum, x, -1)
+        check(torch.mean, x)
+        check(torch.amax, x, 0)
+        check(lambda v: tuple(torch.max(v, -1)), x)
+        check(torch.var, x, 0)
+        check(torch.cumsum, x, -1)
+        check(torch.softmax, x, -1)
+        check(torch.linalg.vector_norm, x, 3)
+
+
+def test_out_and_inplace_variants():
+    x = torch.randn(4, 5)
+    out = torch.empty(4, dtype=torch.float64)
+    expected = torch.sum(x, 1, out=out.clone())
+    actual = torch.sum(x.to("tpu"), 1, out=out.to("tpu"))
+    assert_same(actual, expected)
+    v, i = torch.empty(0), torch.empty(0, dtype=torch.long)
+    got = torch.max(x.to("tpu"), 1, out=(v.to("tpu"), i.to("tpu")))
+    assert_same(tuple(got), tuple(torch.max(x, 1)))
+    y = x.clone()
+    check(lambda v: v.cumsum_(1), y)
+
+
+def test_large_reduction_accumulates_in_f32():
+    x = torch.full((4096,), 0.1, dtype=torch.bfloat16)
+    check(torch.sum, x)
+    check(torch.mean, x.half())
+
+
+# ------------------------------------------------------------------ gradients
+
+GRADS = {
+    "sum": lambda x: x.sum(1),
+    "mean": lambda x: x.mean((0, 2)),
+    "var": lambda x: x.var(1),
+    "std": lambda x: x.std(-1, keepdim=True),
+    "softmax": lambda x: x.softmax(1),
+    "log_softmax": lambda x: x.log_softmax(-1),
+    "logsumexp": lambda x: x.logsumexp(2),
+    "norm": lambda x: torch.linalg.vector_norm(x, dim=1),
+    "norm3": lambda x: torch.linalg.vector_norm(x, 3, dim=1),
+    "amax": lambda x: x.amax(1),
+    "max_dim": lambda x: x.max(1).values,
+    "cumsum": lambda x: x.cumsum(1),
+    "prod": lambda x: x.prod(1),
+}
+
+
+@pytest.mark.parametrize("name", list(GRADS))
+def test_gradients(name):
+    check_grad(GRADS[name], torch.randn(3, 4, 5))
+
+
+def test_softmax_backward_reduced_precision():
+    check_grad(lambda x: x.softmax(1), torch.randn(3, 6).bfloat16(), scale=2)
+    check_grad(lambda x: x.log_softmax(1), torch.randn(3, 6).half(), scale=2)
+
+
+def test_math_constants_sanity():
+    # log-step scans over a long axis stay within f32 tolerance
+    x = torch.randn(2, 1000)
+    check(torch.cumsum, x, 1, scale=10)
+    check(torch.logcumsumexp, x, 1, scale=10)
+    assert math.isfinite(torch.logcumsumexp(x.to("tpu"), 1).cpu().max().item())
