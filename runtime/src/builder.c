@@ -99,7 +99,10 @@ tpu_dtype_t tpu_b_dtype(const tpu_builder_t* b, tpu_val_t v) { return tpu_b_aval
 int tpu_b_rank(const tpu_builder_t* b, tpu_val_t v) { return tpu_b_aval(b, v)->rank; }
 
 /* A new value named by the caller's format; TPU_NOVAL on allocation failure. */
-static tpu_val_t tpu_b_new_value(tpu_builder_t* b, const tpu_aval_t* aval, const char* name) {
+static tpu_val_t tpu_b_new_value(tpu_builder_t* b, const tpu_aval_t* aval_in, const char* name) {
+  /* `aval_in` may point into b->values (tpu_b_aval), which the realloc moves. */
+  const tpu_aval_t aval_copy = *aval_in;
+  const tpu_aval_t* aval = &aval_copy;
   if (b->nvalues == b->cap) {
     int cap = b->cap ? b->cap * 2 : 64;
     tpu_value_t* values = realloc(b->values, (size_t)cap * sizeof(*values));
@@ -188,6 +191,16 @@ void tpu_b_op(tpu_builder_t* b, const char* op, int nin, const tpu_val_t* ins, i
     if (tpu_b_ok(b)) TPU_B_FAIL(b, TPU_INTERNAL, "builder: %s got an invalid operand", op);
     return;
   }
+  /* out_avals may point into b->values, which creating the outputs reallocates. */
+  tpu_aval_t avals_small[4];
+  tpu_aval_t* avals = nout <= 4 ? avals_small : malloc(sizeof(tpu_aval_t) * (size_t)nout);
+  if (!avals) {
+    for (int i = 0; i < nregions; ++i) free(regions[i]);
+    TPU_B_FAIL(b, TPU_RESOURCE_EXHAUSTED, "builder: out of host memory");
+    return;
+  }
+  memcpy(avals, out_avals, sizeof(tpu_aval_t) * (size_t)nout);
+  out_avals = avals;
   int id = b->next_ssa++;
   for (int i = 0; i < nout; ++i) {
     char name[24];
@@ -224,6 +237,7 @@ void tpu_b_op(tpu_builder_t* b, const char* op, int nin, const tpu_val_t* ins, i
     tpu_strbuf_append(s, ")");
   }
   tpu_strbuf_append(s, "\n");
+  if (avals != avals_small) free(avals);
 }
 
 tpu_val_t tpu_b_op1(tpu_builder_t* b, const char* op, int nin, const tpu_val_t* ins,
@@ -370,12 +384,15 @@ tpu_val_t tpu_b_const_i(tpu_builder_t* b, tpu_dtype_t dtype, int64_t value) {
   return tpu_b_op1(b, "stablehlo.constant", 0, NULL, attrs, &a);
 }
 
-tpu_val_t tpu_b_full(tpu_builder_t* b, const tpu_aval_t* aval, double value) {
-  tpu_val_t c = tpu_b_const(b, aval->dtype, value);
-  return tpu_b_broadcast_in_dim(b, c, aval->rank, aval->dims, NULL);
+tpu_val_t tpu_b_full(tpu_builder_t* b, const tpu_aval_t* aval_in, double value) {
+  const tpu_aval_t aval = *aval_in; /* may point into the value table */
+  tpu_val_t c = tpu_b_const(b, aval.dtype, value);
+  return tpu_b_broadcast_in_dim(b, c, aval.rank, aval.dims, NULL);
 }
 
-tpu_val_t tpu_b_iota(tpu_builder_t* b, const tpu_aval_t* aval, int dim) {
+tpu_val_t tpu_b_iota(tpu_builder_t* b, const tpu_aval_t* aval_in, int dim) {
+  const tpu_aval_t av = *aval_in;
+  const tpu_aval_t* aval = &av;
   if (dim < 0 || dim >= aval->rank) {
     TPU_B_FAIL(b, TPU_INTERNAL, "iota: dimension %d out of range for rank %d", dim, aval->rank);
     return TPU_NOVAL;
@@ -652,7 +669,8 @@ static char* tpu_b_binary_region(tpu_builder_t* b, tpu_dtype_t dtype, const char
 tpu_val_t tpu_b_reduce(tpu_builder_t* b, tpu_val_t x, tpu_val_t init, int ndims,
                        const int64_t* dims, const char* body) {
   if (!tpu_b_ok(b) || !tpu_b_valid(b, x)) return TPU_NOVAL;
-  const tpu_aval_t* in = tpu_b_aval(b, x);
+  const tpu_aval_t in_copy = *tpu_b_aval(b, x); /* the region below grows the value table */
+  const tpu_aval_t* in = &in_copy;
   tpu_aval_t a;
   memset(&a, 0, sizeof(a));
   a.dtype = in->dtype;

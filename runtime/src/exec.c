@@ -31,7 +31,7 @@ static void tpu_key_free(tpu_key_t* k) {
 }
 
 static void tpu_key_put(tpu_key_t* k, const void* p, size_t n) {
-  if (k->oom) return;
+  if (k->oom || n == 0) return;
   if (k->len + n > k->cap) {
     size_t cap = k->cap * 2;
     while (cap < k->len + n) cap *= 2;

@@ -203,6 +203,7 @@ tpu_status_t* tpu_executable_execute(tpu_executable_t* exe, int device, int narg
 
   if (tpu_runtime_eager_mode() == TPU_EAGER_DEBUG) {
     /* Debug mode: the error surfaces on the op that caused it. */
+    tpu_metric_add(TPU_METRIC_SYNCS, 1);
     for (int i = 0; i < nouts && !status; i++) {
       bool ready = false;
       status = tpu_buffer_check(out_buffers[i], true, &ready);

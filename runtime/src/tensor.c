@@ -101,6 +101,8 @@ tpu_status_t* tpu_op_run(const char* name, const char* overload, int device, con
 
 bool tpu_op_supported(const char* name) { return tpu_lowering_find(name) != NULL; }
 
+bool tpu_op_wants_out_dtype(const char* name) { return (tpu_lowering_flags(name) & TPU_LOWER_OUT_DTYPE) != 0; }
+
 /* ----------------------------------------------------------------- copies */
 
 /* copy_: arg 0 is the destination view, arg 1 the source. */

@@ -66,9 +66,7 @@ tpu_view_mode_t tpu_view_classify(const tpu_tensor_t* t, const tpu_buffer_t* buf
       tpu_tensor_is_contiguous(t))
     return TPU_VIEW_FULL;
   tpu_window_t w;
-  size_t isz = tpu_dtype_size(t->dtype);
-  int64_t elems = isz ? (int64_t)(tpu_buffer_nbytes(buffer) / isz) : 0;
-  if (n > 0 && tpu_window_plan(t, &w) && t->offset + w.span <= elems) return TPU_VIEW_DYNAMIC;
+  if (n > 0 && tpu_window_plan(t, &w)) return TPU_VIEW_DYNAMIC;
   return TPU_VIEW_STATIC;
 }
 
@@ -145,11 +143,15 @@ static tpu_val_t tpu_view_indices(tpu_builder_t* b, const tpu_tensor_t* t, tpu_v
   return tpu_b_reshape(b, idx, t->rank + 1, dims);
 }
 
-/* Pads `flat` at the end so that [offset, offset+span) is in bounds (static offsets). */
-static tpu_val_t tpu_view_pad_to(tpu_builder_t* b, tpu_val_t flat, int64_t need) {
-  int64_t n = tpu_b_aval(b, flat)->dims[0];
-  if (need <= n) return flat;
-  int64_t lo = 0, hi = need - n;
+/* The parent window spans more than the view reaches (its last row is short):
+ * pad the flat buffer by the difference, a static amount, so that any valid
+ * offset — static or a runtime operand — keeps the window in bounds. */
+static tpu_val_t tpu_view_pad_window(tpu_builder_t* b, tpu_val_t flat, const tpu_tensor_t* t,
+                                     const tpu_window_t* w) {
+  int64_t extent = 1;
+  for (int d = 0; d < t->rank; ++d) extent += (t->sizes[d] - 1) * t->strides[d];
+  if (w->span <= extent) return flat;
+  int64_t lo = 0, hi = w->span - extent;
   return tpu_b_pad(b, flat, tpu_b_const(b, tpu_b_dtype(b, flat), 0.0), &lo, &hi, NULL);
 }
 
@@ -173,7 +175,7 @@ tpu_val_t tpu_view_read(tpu_builder_t* b, tpu_val_t flat, const tpu_tensor_t* t,
     (void)n;
     return tpu_b_gather(b, flat, idx, &g, &out);
   }
-  if (offset_val == TPU_NOVAL) flat = tpu_view_pad_to(b, flat, t->offset + w.span);
+  flat = tpu_view_pad_window(b, flat, t, &w);
   tpu_val_t v = tpu_view_segment(b, flat, t->offset, offset_val, w.span);
   if (w.k == 0) return tpu_b_broadcast_in_dim(b, tpu_b_reshape(b, v, 0, NULL), out.rank, out.dims, NULL);
   v = tpu_b_reshape(b, v, w.prank, w.parent);
@@ -215,7 +217,7 @@ tpu_val_t tpu_view_write(tpu_builder_t* b, tpu_val_t flat, const tpu_tensor_t* t
     tpu_scatter_dims_t s = {0, NULL, 1, &zero, 1, &zero, t->rank};
     return tpu_b_scatter(b, flat, idx, value, &s, NULL);
   }
-  if (offset_val == TPU_NOVAL) flat = tpu_view_pad_to(b, flat, t->offset + w.span);
+  flat = tpu_view_pad_window(b, flat, t, &w);
   /* value (view order) → sorted order, with the inner stride dim of size 1. */
   int64_t real[TPU_MAX_RANK], perm[TPU_MAX_RANK], real_sizes[TPU_MAX_RANK];
   int nreal = 0;

@@ -220,8 +220,15 @@ TEST(ew_comparisons_logical_bitwise) {
   ew_expect("ne", "Scalar", args, 2, TPU_BOOL, (float[]){0, 1, 1, 1}, 4, 0);
   ew_expect("ge", "Scalar", args, 2, TPU_BOOL, (float[]){1, 0, 1, 0}, 4, 0);
   ew_expect("logical_and", "", args, 2, TPU_BOOL, (float[]){1, 1, 1, 1}, 4, 0);
-  ew_expect("maximum", "", (tpu_arg_t[]){kit_arg_tensor(&x), kit_arg_tensor(&x)}, 2, TPU_F32,
-            (float[]){1, NAN, 3, -1}, 4, 0);
+  /* NaN propagates from either operand of maximum / minimum; fmax ignores it */
+  float ones[4] = {1, 1, 1, 1};
+  tpu_tensor_t o;
+  ASSERT_OK(kit_tensor(TPU_F32, 1, (int64_t[]){4}, ones, &o));
+  tpu_arg_t mm[2] = {kit_arg_tensor(&o), kit_arg_tensor(&x)};
+  ew_expect("maximum", "", mm, 2, TPU_F32, (float[]){1, NAN, 3, 1}, 4, 0);
+  ew_expect("minimum", "", mm, 2, TPU_F32, (float[]){1, NAN, 1, -1}, 4, 0);
+  ew_expect("fmax", "", mm, 2, TPU_F32, (float[]){1, 1, 3, 1}, 4, 0);
+  kit_release(&o);
   tpu_tensor_t z;
   EXPECT_CODE(kit_run1("bitwise_and", "Scalar", args, 2, &z), TPU_UNIMPLEMENTED);
   args[0] = kit_arg_tensor(&xi);

@@ -1,5 +1,5 @@
 /* Index-family lowerings on the CPU plugin: gather/scatter, advanced indexing,
- * masks, sort, and the padded form of nonzero. */
+ * masks, sort, and the dynamic-shape ops (nonzero, unique). */
 #include <stdlib.h>
 
 #include "kit.h"
@@ -169,7 +169,7 @@ TEST(index_put_mask_and_accumulate) {
   kit_release(&x);
 }
 
-TEST(index_sort_nan_and_nonzero_padded) {
+TEST(index_sort_nonzero_unique) {
   float xv[5] = {3, NAN, -1, 3, 0};
   tpu_tensor_t x;
   ASSERT_OK(kit_tensor(TPU_F32, 1, (int64_t[]){5}, xv, &x));
@@ -188,19 +188,35 @@ TEST(index_sort_nan_and_nonzero_padded) {
   for (int k = 0; k < 5; ++k) EXPECT_NEAR(oi[k], wi[k], 0);
   kit_release(&v);
   kit_release(&i);
-  /* nonzero_padded: rows of nonzero coordinates first, then the count */
-  ASSERT_OK(ix_run("nonzero_padded", args, 1, r, &n));
-  ASSERT_EQ_INT(n, 2);
-  tpu_tensor_t c = ix_result(&r[0]), cnt = ix_result(&r[1]);
-  ASSERT_EQ_INT(c.sizes[0], 5);
+  /* nonzero: a dynamic shape, trimmed by the runtime to the count */
+  ASSERT_OK(ix_run("nonzero", args, 1, r, &n));
+  ASSERT_EQ_INT(n, 1);
+  tpu_tensor_t c = ix_result(&r[0]);
+  ASSERT_EQ_INT(c.sizes[0], 4);
   ASSERT_EQ_INT(c.sizes[1], 1);
-  float oc[5], on[1];
-  ASSERT_OK(kit_read_f32(&c, oc, 5));
-  ASSERT_OK(kit_read_f32(&cnt, on, 1));
-  EXPECT_NEAR(on[0], 4, 0);
-  float wc[4] = {0, 1, 2, 3};
+  float oc[4], wc[4] = {0, 1, 2, 3};
+  ASSERT_OK(kit_read_f32(&c, oc, 4));
   for (int k = 0; k < 4; ++k) EXPECT_NEAR(oc[k], wc[k], 0);
   kit_release(&c);
+  /* _unique2 with counts: values 3, NaN(self-distinct), -1, 3, 0 → -1, 0, 3, NaN */
+  tpu_arg_t uargs[4] = {kit_arg_tensor(&x), ix_bool(true), ix_bool(true), ix_bool(true)};
+  ASSERT_OK(ix_run("_unique2", uargs, 4, r, &n));
+  ASSERT_EQ_INT(n, 3);
+  tpu_tensor_t u = ix_result(&r[0]), inv = ix_result(&r[1]), cnt = ix_result(&r[2]);
+  ASSERT_EQ_INT(u.sizes[0], 4);
+  ASSERT_EQ_INT(inv.sizes[0], 5);
+  ASSERT_EQ_INT(cnt.sizes[0], 4);
+  float ou[4], oinv[5], ocnt[4];
+  ASSERT_OK(kit_read_f32(&u, ou, 4));
+  ASSERT_OK(kit_read_f32(&inv, oinv, 5));
+  ASSERT_OK(kit_read_f32(&cnt, ocnt, 4));
+  float wu[3] = {-1, 0, 3}, winv[5] = {2, 3, 0, 2, 1}, wcnt[4] = {1, 1, 2, 1};
+  for (int k = 0; k < 3; ++k) EXPECT_NEAR(ou[k], wu[k], 0);
+  EXPECT(isnan(ou[3]));
+  for (int k = 0; k < 5; ++k) EXPECT_NEAR(oinv[k], winv[k], 0);
+  for (int k = 0; k < 4; ++k) EXPECT_NEAR(ocnt[k], wcnt[k], 0);
+  kit_release(&u);
+  kit_release(&inv);
   kit_release(&cnt);
   kit_release(&x);
 }

@@ -265,9 +265,43 @@ TEST(nn_max_pool2d_bad_padding_is_an_error) {
   tpu_tensor_t tx, out[NN_MAX_OUTS];
   ASSERT_OK(kit_tensor(TPU_F32, 3, (int64_t[]){1, 4, 4}, x, &tx));
   int64_t k[1] = {2}, p[1] = {2};
-  tpu_arg_t args[6] = {kit_arg_tensor(&tx), nn_ints(1, k), nn_ints(0, NULL), nn_ints(1, p), nn_ints(1, k),
+  tpu_arg_t args[6] = {kit_arg_tensor(&tx), nn_ints(1, k), nn_ints(0, k) /* empty stride: defaults to the kernel */, nn_ints(1, p), nn_ints(1, k),
                        nn_bool(false)};
   int n = 0;
   EXPECT_CODE(nn_run("max_pool2d_with_indices", "", args, 6, out, &n), TPU_INVALID_ARGUMENT);
   kit_release(&tx);
+}
+
+TEST(nn_layer_norm_mixed_dtypes) {
+  /* bf16 input, f32 weight: out bf16, mean/rstd f32 (PyTorch's mixed type);
+   * all-bf16: mean/rstd bf16. */
+  uint16_t x[8];
+  for (int i = 0; i < 8; ++i) {
+    float f = (float)i;
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    x[i] = (uint16_t)(u >> 16);
+  }
+  float w[4] = {1, 1, 1, 1};
+  tpu_tensor_t tx, tw, out[NN_MAX_OUTS];
+  ASSERT_OK(kit_tensor(TPU_BF16, 2, (int64_t[]){2, 4}, x, &tx));
+  ASSERT_OK(kit_tensor(TPU_F32, 1, (int64_t[]){4}, w, &tw));
+  int64_t ns[1] = {4};
+  tpu_arg_t args[5] = {kit_arg_tensor(&tx), nn_ints(1, ns), kit_arg_tensor(&tw), kit_arg_none(), nn_float(1e-5)};
+  int n = 0;
+  ASSERT_OK(nn_run("native_layer_norm", "", args, 5, out, &n));
+  EXPECT_EQ_INT(out[0].dtype, TPU_BF16);
+  EXPECT_EQ_INT(out[1].dtype, TPU_F32);
+  EXPECT_EQ_INT(out[2].dtype, TPU_F32);
+  float mean[2];
+  ASSERT_OK(kit_read_f32(&out[1], mean, 2));
+  EXPECT_NEAR(mean[0], 1.5, 1e-6);
+  EXPECT_NEAR(mean[1], 5.5, 1e-6);
+  nn_release_all(out, n);
+  args[2] = kit_arg_none();
+  ASSERT_OK(nn_run("native_layer_norm", "", args, 5, out, &n));
+  EXPECT_EQ_INT(out[1].dtype, TPU_BF16);
+  nn_release_all(out, n);
+  kit_release(&tx);
+  kit_release(&tw);
 }

@@ -72,7 +72,7 @@ DTYPES = {
 # The five report columns: (dtype name, mode).  Backward is float32 only.
 COLUMNS = [("float32", "fwd"), ("bfloat16", "fwd"), ("int64", "fwd"), ("bool", "fwd"),
            ("float32", "bwd")]
-DEFAULT_MAX_SAMPLES = 10
+DEFAULT_MAX_SAMPLES = 8
 DEFAULT_TIMEOUT = 20.0
 SEED = 0
 

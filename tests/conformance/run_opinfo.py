@@ -33,6 +33,7 @@ if _TESTS not in sys.path:
 HANG_GRACE_S = 60.0  # parent kills a silent worker after timeout x WALL_FACTOR + this
 STARTUP_LIMIT_S = 300.0
 START_RETRIES = 5
+PARTIAL_EVERY_S = 120.0
 START_RETRY_DELAY_S = 20.0
 
 
@@ -49,7 +50,7 @@ def _parse(argv):
     p.add_argument("--modes", default="fwd,bwd")
     p.add_argument("--report", default="reports", help="directory for conformance.{md,json}")
     p.add_argument("--jobs", type=int, default=min(4, os.cpu_count() or 1))
-    p.add_argument("--max-samples", type=int, default=10)
+    p.add_argument("--max-samples", type=int, default=8)
     p.add_argument("--timeout", type=float, default=20.0,
                    help="seconds per OpInfo x dtype x mode")
     p.add_argument("--chunk", type=int, default=0,
@@ -80,6 +81,8 @@ def _worker(conn, items, max_samples, timeout, eager, log_path):
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.environ.pop("TORCHTPU_CPU_FALLBACK", None)
+    import faulthandler
+    faulthandler.enable()  # a native crash leaves the Python stack in the log
     import torch  # noqa: F401
     from conformance import harness
     import torchtpu
@@ -95,6 +98,13 @@ def _worker(conn, items, max_samples, timeout, eager, log_path):
         for col in cols:
             conn.send(("start", key, col))
             print(f"== {key} {col}", flush=True)
+            if os.environ.get("CONFORMANCE_SELFTEST_CRASH") == f"{key}/{col}":
+                import signal  # self-test of the crash path: die like a native crash
+                os.kill(os.getpid(), signal.SIGSEGV)
+            if os.environ.get("CONFORMANCE_SELFTEST_HANG") == f"{key}/{col}":
+                import signal  # self-test of the hang path: block like native code
+                signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM, signal.SIGPROF})
+                time.sleep(10 ** 6)
             d, m = col.split("/")
             cell = harness.run_cell(op, d, m, max_samples=max_samples, timeout=timeout)
             conn.send(("cell", key, col, cell))
@@ -110,6 +120,9 @@ def _tail(path, n=4):
             f.seek(max(0, size - 8192))
             lines = f.read().decode(errors="replace").splitlines()
         lines = [ln.strip() for ln in lines if ln.strip() and not ln.startswith("== ")]
+        for i in range(len(lines) - 1, -1, -1):  # faulthandler's report, if any
+            if lines[i].startswith("Fatal Python error"):
+                return " / ".join(lines[i:i + n + 1])[:400]
         return " / ".join(lines[-n:])[-400:]
     except OSError:
         return ""
@@ -127,7 +140,13 @@ def _exit_desc(code):
     return f"exit code {code}"
 
 
+def _term_to_exit(signum, frame):
+    raise SystemExit(128 + signum)  # unwinds run_subprocess's finally: workers are killed
+
+
 def run_subprocess(keys, columns, args, on_cell):
+    import signal
+    signal.signal(signal.SIGTERM, _term_to_exit)
     ctx = mp.get_context("spawn")
     work = collections.deque()
     if args.chunk <= 0:  # a worker start costs ~15-30 s (op_db import, PJRT client)
@@ -251,6 +270,7 @@ def run_subprocess(keys, columns, args, on_cell):
     finally:
         for conn, st in list(active.items()):
             st["proc"].kill()
+            st["proc"].join(5)
 
 
 def run_inprocess(ops, columns, args, on_cell):
@@ -285,10 +305,20 @@ def main(argv=None):
     done = [0]
     per_op_done = collections.Counter()
 
+    last_write = [time.monotonic()]
+
     def on_cell(key, col, cell):
         results[key]["cells"][col] = cell
         done[0] += 1
         per_op_done[key] += 1
+        if time.monotonic() - last_write[0] > PARTIAL_EVERY_S:  # a long run leaves a trace
+            last_write[0] = time.monotonic()
+            partial = {k: v for k, v in results.items() if len(v["cells"]) == len(columns)}
+            report.write_reports(partial, dict(partial=True, cells_done=done[0],
+                                               cells_total=n_cells,
+                                               duration_s=time.monotonic() - t0,
+                                               max_samples=args.max_samples,
+                                               timeout=args.timeout), args.report, columns)
         if not args.quiet and per_op_done[key] == len(columns):
             cells = results[key]["cells"]
             marks = " ".join(f"{report.SHORT[c]}={cells[c]['status']}" for c in columns

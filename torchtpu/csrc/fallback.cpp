@@ -2,6 +2,7 @@
 // into a C op descriptor (tpu_arg_t per schema argument) and run by the C runtime
 // (tpu_op_run). Results are wrapped as tensors, or written into in-place / out=
 // arguments. Optional CPU fallback (TORCHTPU_CPU_FALLBACK=1) for unsupported ops.
+#include <algorithm>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
@@ -98,7 +99,8 @@ at::Tensor wrap_result(Results& rs, int i, const std::string& full) {
   const c10::ScalarType st = scalar_type_of(r.dtype);
   int64_t numel = 1;
   for (int k = 0; k < r.rank; ++k) numel *= r.sizes[k];
-  const size_t nbytes = static_cast<size_t>(numel) * c10::elementSize(st);
+  // Data-dependent results (nonzero …) keep their padded storage: size it from the runtime.
+  const size_t nbytes = std::max(static_cast<size_t>(numel) * c10::elementSize(st), tpu_storage_nbytes(r.storage));
   const c10::DeviceIndex dev = static_cast<c10::DeviceIndex>(tpu_storage_device(r.storage));
   c10::DataPtr dp = make_data_ptr(r.storage, dev);
   rs.adopted[i] = true;
@@ -413,6 +415,17 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     args.push_back(arg);
   }
 
+  // Factories reached through out= take their dtype from the out tensor.
+  if (tpu_op_wants_out_dtype(name.c_str())) {
+    for (size_t i = 0; i < nargs; ++i) {
+      if (!(is_write(sargs[i]) && sargs[i].kwarg_only()) || !arg_at(i).isTensor()) continue;
+      tpu_arg_t arg;
+      std::memset(&arg, 0, sizeof(arg));
+      arg.kind = TPU_ARG_DTYPE;
+      arg.u.dtype = tpu_dtype_of(arg_at(i).toTensor().scalar_type());
+      args.push_back(arg);
+    }
+  }
   // ---- run ----
   int nwrite = 0;
   for (size_t i = 0; i < nargs; ++i) {
@@ -506,6 +519,18 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 }
 
 }  // namespace
+
+// Ops whose CompositeExplicitAutograd kernel would run instead of the fallback
+// (a composite kernel outranks a backend fallback). The convolution pair only
+// throws; the norms decompose into many ops or call CPU kernels directly. Each has
+// its own derivative formula, so taking the backend slot keeps autograd intact.
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  for (const char* op : {"convolution_overrideable", "convolution_backward_overrideable", "native_layer_norm",
+                         "native_group_norm", "_native_batch_norm_legit_no_training",
+                         "_native_batch_norm_legit_functional", "_batch_norm_with_update_functional",
+                         "_batch_norm_no_update", "binary_cross_entropy_with_logits"})
+    m.impl(op, torch::CppFunction::makeFromBoxedFunction<&tpu_fallback>());
+}
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&tpu_fallback>());

@@ -63,6 +63,9 @@ enum {
    * vector with the true dim-0 length of each result (-1: keep). The runtime reads
    * it (a sync point) and trims the results' sizes; storages stay padded. */
   TPU_LOWER_DYNAMIC_SHAPE = 1u << 1,
+  /* Factories reached through their out= variant (arange.start_out, eye.m_out):
+   * the binding appends the out tensor's dtype as a trailing TPU_ARG_DTYPE. */
+  TPU_LOWER_OUT_DTYPE = 1u << 2,
 };
 
 typedef struct tpu_lowering {

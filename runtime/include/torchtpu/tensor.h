@@ -115,6 +115,9 @@ tpu_status_t* tpu_op_run(const char* name, const char* overload, int device,
                          tpu_result_t* out_results, int* out_nresults);
 /* True when the runtime has a lowering for `name`. */
 bool tpu_op_supported(const char* name);
+/* True for factories that want the out tensor's dtype appended as a trailing
+ * TPU_ARG_DTYPE argument (they reach the runtime through their out= variant). */
+bool tpu_op_wants_out_dtype(const char* name);
 
 #ifdef __cplusplus
 }

@@ -4,7 +4,7 @@
  * PyTorch: they allocate with `empty` (a binding kernel) and call the `*.out` or
  * in-place variant, which is what reaches these lowerings. The out tensor is
  * stripped by the binding, so ops that need its dtype get it as a trailing
- * argument (see creation.h). */
+ * argument (TPU_LOWER_OUT_DTYPE, listed in table.c). */
 #include "creation.h"
 
 #include <math.h>
@@ -12,13 +12,6 @@
 #include <string.h>
 
 #include "index.h"
-
-bool tpu_creation_needs_out_dtype(const char* name) {
-  static const char* const names[] = {"arange", "range", "linspace", "logspace", "eye"};
-  for (size_t i = 0; i < TPU_ARRAY_LEN(names); ++i)
-    if (name && strcmp(name, names[i]) == 0) return true;
-  return false;
-}
 
 /* The out tensor's dtype: a TPU_ARG_DTYPE at index >= nfunc (appended by the
  * binding), else `dflt` (PyTorch's inference for the default out tensor). */

@@ -82,7 +82,13 @@ static tpu_val_t tpu_rand_full_int(tpu_builder_t* b, tpu_dtype_t t, uint64_t v, 
   return tpu_b_broadcast_in_dim(b, c, shape->rank, shape->dims, NULL);
 }
 
-static tpu_val_t tpu_rand_fill(tpu_builder_t* b, tpu_val_t like, double v) { return tpu_ops_like(b, like, v); }
+/* A constant of like's shape and dtype. The aval is copied first: tpu_b_aval points
+ * into the builder's value table, which the constant's emission may reallocate
+ * (so tpu_ops_like / tpu_b_full(b, tpu_b_aval(...)) are unsafe). */
+static tpu_val_t tpu_rand_fill(tpu_builder_t* b, tpu_val_t like, double v) {
+  tpu_aval_t a = *tpu_b_aval(b, like);
+  return tpu_b_full(b, &a, v);
+}
 
 /* ------------------------------------------------------------ the generator */
 
@@ -247,12 +253,16 @@ static tpu_val_t tpu_sample_normal(tpu_builder_t* b, tpu_rng_t* g, const tpu_ava
 }
 
 static tpu_val_t tpu_sample_uniform(tpu_builder_t* b, tpu_rng_t* g, const tpu_aval_t* shape, const double* prm) {
+  tpu_dtype_t t = shape->dtype, ct = tpu_rand_compute(t);
   tpu_val_t u = tpu_rng_uniform(b, g, shape);
-  tpu_val_t v = tpu_b_convert(b, tpu_rand_affine(b, u, prm[1] - prm[0], prm[0]), shape->dtype);
+  /* PyTorch casts from and to to self's dtype first, then computes in opmath. */
+  tpu_val_t from = tpu_ops_bcast(b, tpu_b_convert(b, tpu_b_const(b, t, prm[0]), ct), shape);
+  tpu_val_t to = tpu_ops_bcast(b, tpu_b_convert(b, tpu_b_const(b, t, prm[1]), ct), shape);
+  tpu_val_t v = tpu_b_binary(b, "stablehlo.multiply", u, tpu_b_binary(b, "stablehlo.subtract", to, from));
+  v = tpu_b_convert(b, tpu_b_binary(b, "stablehlo.add", v, from), t);
   /* from + (to - from) * u can round up to `to`; keep [from, to) as PyTorch's CUDA
    * kernel does, by mapping that value back to `from`. */
-  tpu_val_t to = tpu_rand_fill(b, v, prm[1]);
-  return tpu_b_select(b, tpu_b_compare(b, "GE", v, to), tpu_rand_fill(b, v, prm[0]), v);
+  return tpu_b_select(b, tpu_b_compare(b, "GE", v, tpu_b_convert(b, to, t)), tpu_b_convert(b, from, t), v);
 }
 
 static tpu_val_t tpu_sample_exponential(tpu_builder_t* b, tpu_rng_t* g, const tpu_aval_t* shape, const double* prm) {
@@ -404,11 +414,12 @@ static tpu_status_t* tpu_rand_check_expand(const tpu_aval_t* from, const tpu_ava
   return NULL;
 }
 
-/* u < p with u uniform in [0, 1), in p's precision: P(true) = p; p = 0 never, p = 1 always. */
+/* u < p with u uniform in [0, 1), in p's precision (f32 or f64), p broadcast to
+ * `shape`: P(true) = p; p = 0 never, p = 1 always. */
 static tpu_val_t tpu_rand_coin(tpu_builder_t* b, tpu_rng_t* g, tpu_val_t p, const tpu_aval_t* shape) {
   tpu_aval_t a = tpu_rand_retype(shape, tpu_b_dtype(b, p));
   tpu_val_t u = tpu_rng_uniform(b, g, &a);
-  return tpu_b_compare(b, "LT", u, tpu_b_convert(b, p, tpu_b_dtype(b, u)));
+  return tpu_b_compare(b, "LT", u, tpu_ops_bcast(b, tpu_b_convert(b, p, tpu_b_dtype(b, u)), shape));
 }
 
 /* bernoulli(self) (self = probabilities), bernoulli.p / bernoulli_.float (a float
@@ -434,7 +445,6 @@ static tpu_status_t* tpu_lower_bernoulli(tpu_builder_t* b, tpu_op_t* op, int max
     p = tpu_op_tensor(b, op, p_arg);
     if (tpu_b_dtype(b, p) != TPU_F64) p = tpu_b_convert(b, p, TPU_F32);
   }
-  p = tpu_b_broadcast_to(b, p, shape.rank, shape.dims);
   tpu_rng_t g = tpu_rng_open(b, op);
   outs[0] = tpu_b_convert(b, tpu_rand_coin(b, &g, p, &shape), shape.dtype);
   *nouts = 1;
@@ -722,9 +732,8 @@ static tpu_status_t* tpu_lower_native_dropout(tpu_builder_t* b, tpu_op_t* op, in
   if (!(keep >= 0.0 && keep <= 1.0)) return tpu_rand_bad_p(keep);
   tpu_dtype_t ct = tpu_rand_compute(shape.dtype);
   tpu_rng_t g = tpu_rng_open(b, op);
-  tpu_aval_t ua = tpu_rand_retype(&shape, shape.dtype);
-  tpu_val_t u = tpu_rng_uniform(b, &g, &ua);
-  tpu_val_t mask = tpu_b_compare(b, "LT", u, tpu_rand_fill(b, u, keep));
+  /* The keep probability in f32 (f64 for f64 input), not in the input's precision. */
+  tpu_val_t mask = tpu_rand_coin(b, &g, tpu_b_full(b, &(tpu_aval_t){ct, 0, {0}}, keep), &shape);
   /* x * mask * scale (not a select): NaN inputs stay NaN, as in PyTorch. */
   tpu_val_t xc = tpu_b_convert(b, x, ct);
   tpu_val_t y = tpu_b_binary(b, "stablehlo.multiply", xc, tpu_b_convert(b, mask, ct));

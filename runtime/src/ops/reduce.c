@@ -607,20 +607,17 @@ static void tpu_scan_logaddexp(tpu_builder_t* b, const tpu_val_t* e, const tpu_v
   out[0] = tpu_b_select(b, same_inf, mx, r);
 }
 
-/* cummax/cummin pairs (value, index): a total order — NaN first, then the better
- * value, then the larger index — so the combine is associative and commutative and
- * matches PyTorch (NaN sticks; ties and repeated NaNs move to the latest index). */
+/* cummax/cummin pairs (value, index). In the doubling scan `later` always covers
+ * larger indices than `earlier` (whose padding has index -1), so ties and
+ * repeated NaNs take `later`: PyTorch's rule (NaN sticks, ties move to the latest
+ * index). Comparing values only keeps the graph small (XLA compile time). */
 static void tpu_scan_cumext(tpu_builder_t* b, const tpu_val_t* e, const tpu_val_t* l, tpu_val_t* out,
                             const void* ctx) {
   bool is_max = *(const bool*)ctx;
-  tpu_val_t later_idx = tpu_b_compare(b, "GT", l[1], e[1]);
-  tpu_val_t tie = tpu_b_binary(b, "stablehlo.and", tpu_b_compare(b, "EQ", l[0], e[0]), later_idx);
-  tpu_val_t take = tpu_b_binary(b, "stablehlo.or", tpu_b_compare(b, is_max ? "GT" : "LT", l[0], e[0]), tie);
+  tpu_val_t take = tpu_b_compare(b, is_max ? "GE" : "LE", l[0], e[0]);
   if (tpu_dtype_is_float(tpu_b_dtype(b, l[0]))) {
-    tpu_val_t ln = tpu_red_isnan(b, l[0]), en = tpu_red_isnan(b, e[0]);
-    tpu_val_t nan_take = tpu_b_binary(b, "stablehlo.and", ln, tpu_b_binary(b, "stablehlo.or", tpu_b_unary(b, "stablehlo.not", en), later_idx));
-    tpu_val_t no_nan = tpu_b_unary(b, "stablehlo.not", tpu_b_binary(b, "stablehlo.or", ln, en));
-    take = tpu_b_binary(b, "stablehlo.or", nan_take, tpu_b_binary(b, "stablehlo.and", no_nan, take));
+    tpu_val_t not_e_nan = tpu_b_compare(b, "EQ", e[0], e[0]);
+    take = tpu_b_binary(b, "stablehlo.or", tpu_red_isnan(b, l[0]), tpu_b_binary(b, "stablehlo.and", not_e_nan, take));
   }
   out[0] = tpu_b_select(b, take, l[0], e[0]);
   out[1] = tpu_b_select(b, take, l[1], e[1]);

@@ -42,6 +42,9 @@ static const char* const tpu_static_scalar_ops[] = {"arange", "linspace", "logsp
 static const char* const tpu_dynamic_shape_ops[] = {"nonzero", "masked_select", "unique", "_unique",
                                                     "_unique2", "unique_dim", "unique_consecutive"};
 
+/* Factories whose dtype is the out tensor's (see TPU_LOWER_OUT_DTYPE). */
+static const char* const tpu_out_dtype_ops[] = {"arange", "range", "linspace", "logspace", "eye"};
+
 static bool tpu_name_in(const char* name, const char* const* list, size_t n) {
   for (size_t i = 0; i < n; ++i)
     if (strcmp(name, list[i]) == 0) return true;
@@ -54,6 +57,8 @@ unsigned tpu_lowering_flags(const char* name) {
     flags |= TPU_LOWER_STATIC_SCALARS;
   if (tpu_name_in(name, tpu_dynamic_shape_ops, sizeof(tpu_dynamic_shape_ops) / sizeof(tpu_dynamic_shape_ops[0])))
     flags |= TPU_LOWER_DYNAMIC_SHAPE;
+  if (tpu_name_in(name, tpu_out_dtype_ops, sizeof(tpu_out_dtype_ops) / sizeof(tpu_out_dtype_ops[0])))
+    flags |= TPU_LOWER_OUT_DTYPE;
   return flags;
 }
 
