@@ -57,7 +57,10 @@ static void tpu_key_tensor(tpu_key_t* k, const tpu_tensor_t* t, const tpu_view_a
   if (v->mode == TPU_VIEW_ABSENT) return;
   tpu_key_put(k, t->sizes, sizeof(int64_t) * (size_t)t->rank);
   if (v->mode == TPU_VIEW_ZEROS) {
+    /* Reads ignore the layout, but a write into this view (copy_) depends on it. */
     tpu_key_i64(k, v->storage_elems);
+    tpu_key_put(k, t->strides, sizeof(int64_t) * (size_t)t->rank);
+    tpu_key_i64(k, t->offset);
     return;
   }
   const tpu_aval_t* ba = &v->buffer_aval;

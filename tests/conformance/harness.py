@@ -31,6 +31,11 @@ Two rules, for forward only, accept a sample whose values differ from CPU's:
     (accumulation order / intermediate rounding differ; counted in
     samples_bf16_float64_arbiter).
 
+Samples of deterministic OpInfos that are random themselves (dropout_p > 0) are also
+compared on shape/dtype only (samples_shape_only).  Tensor arguments PyTorch wants on
+CPU stay there (CPU_ARGS); device arguments become "tpu"; inputs that view a larger
+storage are recreated on tpu with the same storage, offset and strides.
+
 A sample on which CPU itself raises is skipped (counted in ``samples_cpu_failed``),
 never a failure.  Ops with random / uninitialised outputs are compared on structure,
 shape and dtype only (``random_reason``).  Everything runs with TORCHTPU_CPU_FALLBACK
@@ -168,24 +173,69 @@ def time_budget(seconds):
 
 # ---- moving samples ----
 
+# Tensor arguments PyTorch requires on CPU whatever the device (OpInfo sample functions
+# make them with device="cpu" explicitly): op name -> positional arg indices, reason.
+CPU_ARGS = {
+    "tensor_split": ((0,), "tensor_indices_or_sections must be a CPU tensor"),
+}
+
+
+def _needs_storage(x):
+    """x views a storage larger than itself (offset, gaps): .to() would compact it."""
+    try:
+        if x.layout != torch.strided or x.numel() == 0:
+            return False
+        span = 1 + sum((s - 1) * st for s, st in zip(x.shape, x.stride()) if s > 0)
+        return x.storage_offset() != 0 or \
+            x.untyped_storage().nbytes() != span * x.element_size()
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _tensor_to_tpu(x):
+    t = None
+    if _needs_storage(x):  # same storage, offset and strides on tpu (as_strided samples)
+        try:
+            flat = torch.empty(0, dtype=x.dtype).set_(x.untyped_storage())
+            t = flat.to("tpu").as_strided(x.shape, x.stride(), x.storage_offset())
+        except Exception:  # noqa: BLE001
+            t = None
+    if t is None:
+        t = x.detach().to("tpu")
+    t = t.detach()
+    if x.requires_grad:
+        t.requires_grad_(True)
+    return t
+
+
 def _to_tpu_leaf(x):
     if isinstance(x, torch.Tensor):
-        t = x.detach().to("tpu")
-        if x.requires_grad:
-            t.requires_grad_(True)
-        return t
+        return _tensor_to_tpu(x)
     if isinstance(x, torch.device) and x.type == "cpu":
         return torch.device("tpu")
+    if isinstance(x, str) and x in ("cpu", "cpu:0"):  # a device string (e.g. Tensor.to)
+        return "tpu"
     return x
 
 
-def sample_to_tpu(sample):
-    """(input, args, kwargs) copies on tpu; a device="cpu" kwarg (factories) becomes "tpu"."""
+def sample_to_tpu(sample, op=None):
+    """(input, args, kwargs) copies on tpu.  Device arguments ("cpu", torch.device("cpu"),
+    device="cpu") become "tpu", as OpInfo samples made for that device would have;
+    tensors that view a larger storage keep their storage, offset and strides."""
     inp = tree_map(_to_tpu_leaf, sample.input)
-    args = tree_map(_to_tpu_leaf, tuple(sample.args))
-    kwargs = {k: (("tpu" if v == "cpu" else v) if k == "device" and isinstance(v, str)
-                  else tree_map(_to_tpu_leaf, v)) for k, v in sample.kwargs.items()}
+    keep = CPU_ARGS.get(op.name, ((), ""))[0] if op is not None else ()
+    args = tuple(a if i in keep else tree_map(_to_tpu_leaf, a)
+                 for i, a in enumerate(sample.args))
+    kwargs = {k: tree_map(_to_tpu_leaf, v) for k, v in sample.kwargs.items()}
     return inp, args, kwargs
+
+
+def sample_is_random(sample) -> str | None:
+    """A random sample of an otherwise deterministic OpInfo (dropout inside the op)."""
+    p = sample.kwargs.get("dropout_p")
+    if isinstance(p, (int, float)) and p > 0:
+        return f"dropout_p={p}"
+    return None
 
 
 def describe_sample(sample, limit=160) -> str:
@@ -405,7 +455,7 @@ def _closer_to_float64(op, sample, actual, expected):
 
 def _run_fwd_sample(op, sample, values, scale, dtype, res):
     """Returns None on pass, or raises.  CPU failure -> _CpuFailed."""
-    tpu_inp, tpu_args, tpu_kwargs = sample_to_tpu(sample)  # before CPU can mutate inputs
+    tpu_inp, tpu_args, tpu_kwargs = sample_to_tpu(sample, op)  # before CPU mutates inputs
     try:
         expected = op(sample.input, *sample.args, **sample.kwargs)
     except Exception as e:  # noqa: BLE001
@@ -426,7 +476,7 @@ def _run_fwd_sample(op, sample, values, scale, dtype, res):
 
 
 def _run_bwd_sample(op, sample, values, scale, gen):
-    tpu_inp, tpu_args, tpu_kwargs = sample_to_tpu(sample)
+    tpu_inp, tpu_args, tpu_kwargs = sample_to_tpu(sample, op)
     cpu_leaves = _grad_inputs(sample.input, sample.args, sample.kwargs)
     tpu_leaves = _grad_inputs(tpu_inp, tpu_args, tpu_kwargs)
     if not cpu_leaves:
@@ -513,11 +563,16 @@ def run_cell(op, dtype_name: str, mode: str, *, max_samples=DEFAULT_MAX_SAMPLES,
         with time_budget(timeout):
             samples = op.sample_inputs("cpu", dtype, requires_grad=(mode == "bwd"))
             for i, sample in enumerate(itertools.islice(samples, max_samples)):
+                sv = values
+                if values and sample_is_random(sample):
+                    sv = False
+                    res["samples_shape_only"] = res.get("samples_shape_only", 0) + 1
+                    res.setdefault("shape_only_reason", "random sample: " + sample_is_random(sample))
                 try:
                     if mode == "fwd":
-                        _run_fwd_sample(op, sample, values, scale, dtype, res)
+                        _run_fwd_sample(op, sample, sv, scale, dtype, res)
                     else:
-                        _run_bwd_sample(op, sample, values, scale, gen)
+                        _run_bwd_sample(op, sample, sv, scale, gen)
                 except _CpuFailed as e:
                     res["samples_cpu_failed"] += 1
                     if len(cpu_fail_msgs) < 3:

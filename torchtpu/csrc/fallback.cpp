@@ -49,6 +49,21 @@ void run_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack, c
   at::native::cpu_fallback(op, stack);
 }
 
+// Bool/uint8 masks in an index list → one long index tensor per mask dim.
+std::vector<at::Tensor> expand_masks(const std::vector<at::Tensor>& items, int device) {
+  std::vector<at::Tensor> out;
+  for (const at::Tensor& t : items) {
+    if (t.defined() && (t.scalar_type() == at::kBool || t.scalar_type() == at::kByte)) {
+      at::Tensor mask = t.device().type() == kTpu ? t : t.to(c10::Device(kTpu, static_cast<c10::DeviceIndex>(device)));
+      at::Tensor nz = at::nonzero(mask);
+      for (int64_t d = 0; d < mask.dim(); ++d) out.push_back(nz.select(1, d));
+    } else {
+      out.push_back(t);
+    }
+  }
+  return out;
+}
+
 std::string dev_str(int index) { return "tpu:" + std::to_string(index); }
 
 [[noreturn]] void device_mismatch(const std::string& a, const std::string& b) {
@@ -320,11 +335,21 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
         const int n = static_cast<int>(elems.size());
         switch (unwrap_optional(et)->kind()) {
           case c10::TypeKind::TensorType: {
-            auto& vec = tensor_lists.emplace_back(n);
-            for (int k = 0; k < n; ++k) {
+            std::vector<at::Tensor> items;
+            for (int k = 0; k < n; ++k)
+              items.push_back(elems[k].isTensor() ? elems[k].toTensor() : at::Tensor());
+            // Reading x[mask]: like PyTorch's expandTensors, a bool mask becomes the
+            // index tensors of its nonzero positions (the one sync this needs).
+            if (name == "index" && et->kind() == c10::TypeKind::OptionalType) {
+              items = expand_masks(items, device);
+              keep_alive.insert(keep_alive.end(), items.begin(), items.end());
+            }
+            const int m = static_cast<int>(items.size());
+            auto& vec = tensor_lists.emplace_back(m);
+            for (int k = 0; k < m; ++k) {
               std::memset(&vec[k], 0, sizeof(tpu_tensor_t));
-              if (!elems[k].isTensor() || !elems[k].toTensor().defined()) continue;
-              at::Tensor e = elems[k].toTensor();
+              if (!items[k].defined()) continue;
+              at::Tensor e = items[k];
               if (e.device().type() != kTpu) {
                 if (et->kind() == c10::TypeKind::OptionalType) {
                   // index tensors may live on the cpu: upload them, as PyTorch does for CUDA
@@ -337,9 +362,9 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
               vec[k] = describe(e);
             }
             arg.kind = TPU_ARG_TENSOR_LIST;
-            arg.u.list.n = n;
+            arg.u.list.n = m;
             arg.u.list.tensors = vec.data();
-            list_elems += n;
+            list_elems += m;
             break;
           }
           case c10::TypeKind::IntType:

@@ -762,7 +762,28 @@ static tpu_status_t* tpu_lower_log_softmax_bwd(tpu_builder_t* b, tpu_op_t* op, i
   return tpu_lower_softmax_bwd_like(b, op, outs, nouts, true);
 }
 
+/* equal(self, other) -> bool: same sizes and every element equal (NaN != NaN). */
+static tpu_status_t* tpu_lower_equal(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
+  (void)max_outs;
+  tpu_aval_t x = tpu_op_aval(op, 0), y = tpu_op_aval(op, 1);
+  *nouts = 1;
+  bool same = x.rank == y.rank;
+  for (int i = 0; same && i < x.rank; ++i) same = x.dims[i] == y.dims[i];
+  if (!same) {
+    outs[0] = tpu_b_const_i(b, TPU_BOOL, 0);
+    return NULL;
+  }
+  int args[2] = {0, 1};
+  tpu_dtype_t ct = tpu_ops_result_type(op, 2, args);
+  tpu_val_t eq = tpu_b_compare(b, "EQ", tpu_ops_operand(b, op, 0, ct, NULL), tpu_ops_operand(b, op, 1, ct, NULL));
+  int64_t dims[TPU_MAX_RANK];
+  for (int i = 0; i < x.rank; ++i) dims[i] = i;
+  outs[0] = tpu_b_reduce(b, eq, tpu_b_const_i(b, TPU_BOOL, 1), x.rank, dims, "stablehlo.and");
+  return NULL;
+}
+
 const tpu_lowering_t tpu_lowerings_reduce[] = {
+    {"equal", tpu_lower_equal},
     {"sum", tpu_lower_sum},
     {"nansum", tpu_lower_nansum},
     {"prod", tpu_lower_prod},
