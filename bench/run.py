@@ -267,7 +267,8 @@ def run_workload(name, cfg, backends, plan, log_dir, log, skip=None, extra_env=N
     t0 = time.perf_counter()
     # Start the workers together (imports overlap), then wait for each to be ready.
     for b in backends:
-        workers[b] = Worker(name, b, cfg, log_dir, plan["timeout_s"], extra_env, plan.get("inductor_cache"))
+        ind_cache = os.path.join(plan["inductor_cache"], name) if plan.get("inductor_cache") else None
+        workers[b] = Worker(name, b, cfg, log_dir, plan["timeout_s"], extra_env, ind_cache)
         if workers[b].cache_state:
             rows[b]["inductor_cache"] = workers[b].cache_state
             if workers[b].cache_state != "empty (cold)":
@@ -409,7 +410,7 @@ def peak_mem_text(r):
     if r["backend"] == "tpu":
         lb = mem.get("live_bytes_peak_op_sampled") or mem.get("live_bytes_peak_step_sampled")
         if lb is not None:
-            parts.append(f"live {_fmt(_mb(lb))} MB")
+            parts.append(f"live {_fmt(_mb(lb))} MB" if lb >= 2 ** 20 else f"live {lb} B")
     rss = mem.get("rss_peak_steady_delta_bytes")
     if rss is not None:
         parts.append(f"RSS +{_fmt(_mb(rss))} MB")
@@ -430,7 +431,7 @@ def write_markdown(path, meta, rows, peak):
              "from the same interleaved run (> 1: faster than CPU eager). Spread = IQR of the "
              "figure over the timed repeats (min–max in bench.json). First step = cold: a fresh "
              "process per (workload, backend), timed from before the first step to after it "
-             "synchronises, including every compile (Inductor: empty cache directory).\n")
+             "synchronises, including every compile (Inductor's cache: see Method).\n")
     L.append("| workload | backend | median | spread (IQR) | speedup vs CPU eager | first step | peak memory | notes |")
     L.append("|---|---|---|---|---|---|---|---|")
     for r in rows:

@@ -195,8 +195,6 @@ def test_view_write_patterns():
     check(mask_zero, torch.randn(4, 5))
 
 
-@pytest.mark.xfail(reason="x[mask] reads reach aten::index with the bool mask: the binding must expand masks "
-                          "with nonzero first (PyTorch's expandTensors); the lowering cannot know the count")
 def test_mask_read_patterns():
     def mask_values(x):
         y = x.clone()

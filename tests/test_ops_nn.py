@@ -3,12 +3,9 @@
 Two levels: the aten ops the nn lowerings implement, called directly
 (torch.ops.aten.*), and the nn layers / functionals users call, forward and
 backward. Layers also need ops of other families (elementwise, reduce, matmul,
-shape ...); a test that fails only because such an op has no tpu lowering yet is
-reported as xfail naming that op, while a missing nn op is a failure.
+shape ...); a missing lowering of any family fails the test.
 """
 import copy
-import functools
-import re
 
 import pytest
 import torch
@@ -38,23 +35,6 @@ NN_OPS = {
 
 REDUCTIONS = ["none", "mean", "sum"]
 RED_ENUM = {"none": 0, "mean": 1, "sum": 2}
-
-
-def _waits_for_other_families(fn):
-    """xfail (naming the op) when an op of another family has no lowering yet."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except NotImplementedError as e:
-            m = re.search(r"Could not run '(?:aten::)?([\w.]+)'", str(e))
-            op = m.group(1) if m else "?"
-            if op.split(".")[0] not in NN_OPS:
-                pytest.xfail(f"waits for another family's lowering: aten::{op}")
-            raise
-
-    return wrapper
 
 
 def check_module(mod, *inputs, scale=1.0, grad=True):
@@ -248,9 +228,6 @@ def test_layer_norm(dtype):
     check_module(nn.LayerNorm(6, elementwise_affine=False), torch.randn(4, 6))
 
 
-@pytest.mark.xfail(reason="native_layer_norm has a CompositeExplicitAutograd kernel (math_native_layer_norm, "
-                          "f32 output for bf16 input) that runs unless the binding routes the op to the runtime",
-                   strict=False)
 def test_layer_norm_mixed_dtype():
     # bf16 input with f32 parameters: out bf16, statistics f32 (PyTorch's mixed type)
     x, w, b = torch.randn(3, 8, dtype=torch.bfloat16), torch.randn(8), torch.randn(8)
@@ -428,11 +405,7 @@ class _SelfAttention(nn.Module):
         return self.mha(x, x, x)[0]
 
 
-@pytest.mark.parametrize("batch_first", [
-    pytest.param(True, marks=pytest.mark.xfail(
-        reason="not an nn op: aten.mul.Scalar on a strided view [3,2,4,4]/(8,4,1,24) of the packed q/k/v "
-               "projection returns wrong values (its .cpu() is right); executor/view issue", strict=False)),
-    False])
+@pytest.mark.parametrize("batch_first", [True, False])
 def test_multihead_attention(batch_first):
     check_module(_SelfAttention(batch_first=batch_first), torch.randn(3, 4, 8), scale=3)
     m = nn.MultiheadAttention(8, 2, batch_first=batch_first)
@@ -444,8 +417,3 @@ def test_multihead_attention(batch_first):
     out_t = mt(x.to("tpu"), x.to("tpu"), x.to("tpu"), attn_mask=mask.to("tpu"), need_weights=False)[0]
     assert_same(out_t, out_c, scale=3)
 
-
-# Every test above may wait on another family's lowering: mark, don't fail.
-for _name, _fn in list(globals().items()):
-    if _name.startswith("test_") and callable(_fn):
-        globals()[_name] = _waits_for_other_families(_fn)

@@ -4,14 +4,6 @@
 #include "test.h"
 #include "torchtpu/runtime.h"
 
-static tpu_arg_t dtype_arg(tpu_dtype_t t) {
-  tpu_arg_t a;
-  memset(&a, 0, sizeof(a));
-  a.kind = TPU_ARG_DTYPE;
-  a.u.dtype = t;
-  return a;
-}
-
 TEST(creation_fill_scalar_is_a_runtime_operand) {
   tpu_tensor_t x, z;
   ASSERT_OK(kit_tensor(TPU_I32, 2, (int64_t[]){2, 3}, NULL, &x));
@@ -34,7 +26,7 @@ TEST(creation_fill_scalar_is_a_runtime_operand) {
 
 TEST(creation_arange_lengths_and_dtypes) {
   /* arange(1, 7, 2) over ints: [1, 3, 5] in int64. */
-  tpu_arg_t args[4] = {kit_arg_scalar_i(1), kit_arg_scalar_i(7), kit_arg_scalar_i(2), dtype_arg(TPU_I64)};
+  tpu_arg_t args[4] = {kit_arg_scalar_i(1), kit_arg_scalar_i(7), kit_arg_scalar_i(2), kit_arg_dtype(TPU_I64)};
   tpu_tensor_t z;
   ASSERT_OK(kit_run1("arange", "start_out", args, 3, &z));
   EXPECT_EQ_INT(z.dtype, TPU_I64);
@@ -52,7 +44,7 @@ TEST(creation_arange_lengths_and_dtypes) {
   args[0] = kit_arg_scalar_i(0);
   args[1] = kit_arg_scalar_i(1);
   args[2] = kit_arg_scalar_f(0.25);
-  args[3] = dtype_arg(TPU_F64);
+  args[3] = kit_arg_dtype(TPU_F64);
   ASSERT_OK(kit_run1("arange", "start_out", args, 4, &z));
   EXPECT_EQ_INT(z.dtype, TPU_F64);
   ASSERT_EQ_INT(z.sizes[0], 4);

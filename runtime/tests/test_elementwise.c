@@ -30,17 +30,7 @@ static void ew_expect(const char* name, const char* overload, const tpu_arg_t* a
                       const float* want, int n, double tol) {
   tpu_tensor_t z;
   if (!tpu_test_check_ok(kit_run1(name, overload, args, nargs, &z), name, __FILE__, __LINE__)) return;
-  EXPECT_EQ_INT(z.dtype, dtype);
-  float* got = calloc((size_t)n, sizeof(float));
-  ASSERT(got != NULL);
-  if (tpu_test_check_ok(kit_read_f32(&z, got, n), name, __FILE__, __LINE__)) {
-    for (int i = 0; i < n; ++i) {
-      bool ok = isnan(want[i]) ? isnan(got[i]) : (isinf(want[i]) ? got[i] == want[i] : fabs(got[i] - want[i]) <= tol * (1 + fabs(want[i])));
-      if (!ok) tpu_test_fail(__FILE__, __LINE__, "%s[%d]: got %g, want %g", name, i, got[i], want[i]);
-    }
-  }
-  free(got);
-  kit_release(&z);
+  kit_check(__FILE__, __LINE__, name, &z, dtype, -1, NULL, want, n, tol);
 }
 
 TEST(ew_table_has_no_duplicates) { EXPECT_EQ_INT(tpu_lowering_table_duplicates(), 0); }

@@ -5,42 +5,6 @@
 #include "kit.h"
 #include "test.h"
 
-static tpu_arg_t ix_bool(bool v) {
-  tpu_arg_t a;
-  memset(&a, 0, sizeof(a));
-  a.kind = TPU_ARG_BOOL;
-  a.u.b = v;
-  return a;
-}
-
-static tpu_arg_t ix_list(int n, const tpu_tensor_t* ts) {
-  tpu_arg_t a;
-  memset(&a, 0, sizeof(a));
-  a.kind = TPU_ARG_TENSOR_LIST;
-  a.u.list.n = n;
-  a.u.list.tensors = ts;
-  return a;
-}
-
-static tpu_status_t* ix_run(const char* name, const tpu_arg_t* args, int nargs, tpu_result_t* r, int* n) {
-  return tpu_op_run(name, "", 0, args, nargs, 4, r, n);
-}
-
-static tpu_tensor_t ix_result(const tpu_result_t* r) {
-  tpu_tensor_t t;
-  memset(&t, 0, sizeof(t));
-  t.storage = r->storage;
-  t.dtype = r->dtype;
-  t.rank = r->rank;
-  int64_t st = 1;
-  for (int i = r->rank - 1; i >= 0; --i) {
-    t.sizes[i] = r->sizes[i];
-    t.strides[i] = st;
-    st *= r->sizes[i] ? r->sizes[i] : 1;
-  }
-  return t;
-}
-
 static float ix_iota[24] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23};
 
 TEST(index_select_and_gather) {
@@ -106,7 +70,7 @@ TEST(index_advanced_non_adjacent) {
   ASSERT_OK(kit_tensor(TPU_I64, 1, (int64_t[]){2}, a, &i0));
   ASSERT_OK(kit_tensor(TPU_I64, 1, (int64_t[]){2}, c, &i2));
   tpu_tensor_t list[3] = {i0, {0}, i2};
-  tpu_arg_t args[2] = {kit_arg_tensor(&x), ix_list(3, list)};
+  tpu_arg_t args[2] = {kit_arg_tensor(&x), kit_arg_tensors(3, list)};
   ASSERT_OK(kit_run1("index", "Tensor", args, 2, &out));
   ASSERT_EQ_INT(out.rank, 2);
   ASSERT_EQ_INT(out.sizes[0], 2);
@@ -118,7 +82,7 @@ TEST(index_advanced_non_adjacent) {
   kit_release(&out);
   /* adjacent: x[:, i0, i0] → [2, 2] (dims stay in place) */
   tpu_tensor_t list2[3] = {{0}, i0, i0};
-  args[1] = ix_list(3, list2);
+  args[1] = kit_arg_tensors(3, list2);
   ASSERT_OK(kit_run1("index", "Tensor", args, 2, &out));
   ASSERT_EQ_INT(out.sizes[0], 2);
   ASSERT_EQ_INT(out.sizes[1], 2);
@@ -141,7 +105,7 @@ TEST(index_put_mask_and_accumulate) {
   ASSERT_OK(kit_tensor(TPU_BOOL, 2, (int64_t[]){2, 3}, mv, &m));
   ASSERT_OK(kit_tensor(TPU_F32, 1, (int64_t[]){3}, vv, &v));
   tpu_tensor_t list[1] = {m};
-  tpu_arg_t args[4] = {kit_arg_tensor(&x), ix_list(1, list), kit_arg_tensor(&v), ix_bool(false)};
+  tpu_arg_t args[4] = {kit_arg_tensor(&x), kit_arg_tensors(1, list), kit_arg_tensor(&v), kit_arg_bool(false)};
   ASSERT_OK(kit_run1("_index_put_impl", "", args, 4, &out));
   float o[6];
   ASSERT_OK(kit_read_f32(&out, o, 6));
@@ -156,9 +120,9 @@ TEST(index_put_mask_and_accumulate) {
   float one[3] = {1, 1, 1};
   ASSERT_OK(kit_tensor(TPU_F32, 1, (int64_t[]){3}, one, &v));
   tpu_tensor_t list2[1] = {idx};
-  args[1] = ix_list(1, list2);
+  args[1] = kit_arg_tensors(1, list2);
   args[2] = kit_arg_tensor(&v);
-  args[3] = ix_bool(true);
+  args[3] = kit_arg_bool(true);
   ASSERT_OK(kit_run1("_index_put_impl", "", args, 4, &out));
   ASSERT_OK(kit_read_f32(&out, o, 6));
   for (int i = 0; i < 6; ++i) EXPECT_NEAR(o[i], xv[i] + (i < 3 ? 2 : 1), 0);
@@ -173,12 +137,12 @@ TEST(index_sort_nonzero_unique) {
   float xv[5] = {3, NAN, -1, 3, 0};
   tpu_tensor_t x;
   ASSERT_OK(kit_tensor(TPU_F32, 1, (int64_t[]){5}, xv, &x));
-  tpu_arg_t args[4] = {kit_arg_tensor(&x), ix_bool(true), kit_arg_int(0), ix_bool(true)};
-  tpu_result_t r[4];
+  tpu_arg_t args[4] = {kit_arg_tensor(&x), kit_arg_bool(true), kit_arg_int(0), kit_arg_bool(true)};
+  tpu_tensor_t r[4];
   int n = 0;
-  ASSERT_OK(ix_run("sort", args, 4, r, &n));
+  ASSERT_OK(kit_run("sort", "", args, 4, 4, r, &n));
   ASSERT_EQ_INT(n, 2);
-  tpu_tensor_t v = ix_result(&r[0]), i = ix_result(&r[1]);
+  tpu_tensor_t v = r[0], i = r[1];
   float ov[5], oi[5];
   ASSERT_OK(kit_read_f32(&v, ov, 5));
   ASSERT_OK(kit_read_f32(&i, oi, 5));
@@ -189,9 +153,9 @@ TEST(index_sort_nonzero_unique) {
   kit_release(&v);
   kit_release(&i);
   /* nonzero: a dynamic shape, trimmed by the runtime to the count */
-  ASSERT_OK(ix_run("nonzero", args, 1, r, &n));
+  ASSERT_OK(kit_run("nonzero", "", args, 1, 4, r, &n));
   ASSERT_EQ_INT(n, 1);
-  tpu_tensor_t c = ix_result(&r[0]);
+  tpu_tensor_t c = r[0];
   ASSERT_EQ_INT(c.sizes[0], 4);
   ASSERT_EQ_INT(c.sizes[1], 1);
   float oc[4], wc[4] = {0, 1, 2, 3};
@@ -199,10 +163,10 @@ TEST(index_sort_nonzero_unique) {
   for (int k = 0; k < 4; ++k) EXPECT_NEAR(oc[k], wc[k], 0);
   kit_release(&c);
   /* _unique2 with counts: values 3, NaN(self-distinct), -1, 3, 0 → -1, 0, 3, NaN */
-  tpu_arg_t uargs[4] = {kit_arg_tensor(&x), ix_bool(true), ix_bool(true), ix_bool(true)};
-  ASSERT_OK(ix_run("_unique2", uargs, 4, r, &n));
+  tpu_arg_t uargs[4] = {kit_arg_tensor(&x), kit_arg_bool(true), kit_arg_bool(true), kit_arg_bool(true)};
+  ASSERT_OK(kit_run("_unique2", "", uargs, 4, 4, r, &n));
   ASSERT_EQ_INT(n, 3);
-  tpu_tensor_t u = ix_result(&r[0]), inv = ix_result(&r[1]), cnt = ix_result(&r[2]);
+  tpu_tensor_t u = r[0], inv = r[1], cnt = r[2];
   ASSERT_EQ_INT(u.sizes[0], 4);
   ASSERT_EQ_INT(inv.sizes[0], 5);
   ASSERT_EQ_INT(cnt.sizes[0], 4);

@@ -137,23 +137,6 @@ TEST(matmul_addmm_beta_zero_ignores_nan) {
   kit_release(&y);
 }
 
-static tpu_arg_t ints_arg(int n, const int64_t* v) {
-  tpu_arg_t a;
-  memset(&a, 0, sizeof(a));
-  a.kind = TPU_ARG_INT_LIST;
-  a.u.list.n = n;
-  a.u.list.ints = v;
-  return a;
-}
-
-static tpu_arg_t bool_arg(bool v) {
-  tpu_arg_t a;
-  memset(&a, 0, sizeof(a));
-  a.kind = TPU_ARG_BOOL;
-  a.u.b = v;
-  return a;
-}
-
 /* Direct NCHW grouped convolution with stride, padding and dilation. */
 static float ref_conv(const float* x, const float* w, int C, int H, int W, int O, int K, int groups, int stride,
                       int pad, int dil, int n, int o, int i, int j) {
@@ -181,8 +164,8 @@ TEST(matmul_conv2d_grouped_strided) {
   ASSERT_OK(kit_tensor(TPU_F32, 4, (int64_t[]){O, C / G, K, K}, w, &tw));
   ASSERT_OK(kit_tensor(TPU_F32, 1, (int64_t[]){O}, bias, &tb));
   int64_t s2[2] = {stride, stride}, p2[2] = {pad, pad}, d2[2] = {dil, dil}, op2[2] = {0, 0};
-  tpu_arg_t args[9] = {kit_arg_tensor(&tx), kit_arg_tensor(&tw), kit_arg_tensor(&tb), ints_arg(2, s2),
-                       ints_arg(2, p2),      ints_arg(2, d2),      bool_arg(false),    ints_arg(2, op2),
+  tpu_arg_t args[9] = {kit_arg_tensor(&tx), kit_arg_tensor(&tw), kit_arg_tensor(&tb), kit_arg_ints(2, s2),
+                       kit_arg_ints(2, p2),      kit_arg_ints(2, d2),      kit_arg_bool(false),    kit_arg_ints(2, op2),
                        kit_arg_int(G)};
   ASSERT_OK(kit_run1("convolution_overrideable", "", args, 9, &z));
   const int OH = (H + 2 * pad - dil * (K - 1) - 1) / stride + 1, OW = (W + 2 * pad - dil * (K - 1) - 1) / stride + 1;

@@ -6,20 +6,6 @@
 #include "test.h"
 #include "torchtpu/runtime.h"
 
-static tpu_arg_t rnd_float(double v) {
-  tpu_arg_t a = kit_arg_none();
-  a.kind = TPU_ARG_FLOAT;
-  a.u.f = v;
-  return a;
-}
-
-static tpu_arg_t rnd_bool(bool v) {
-  tpu_arg_t a = kit_arg_none();
-  a.kind = TPU_ARG_BOOL;
-  a.u.b = v;
-  return a;
-}
-
 /* An uninitialised f32 / other tensor of n elements (the `self` of an in-place op). */
 static tpu_status_t* rnd_empty(tpu_dtype_t t, int64_t n, tpu_tensor_t* out) { return kit_tensor(t, 1, &n, NULL, out); }
 
@@ -53,7 +39,7 @@ static void rnd_moments(const float* v, int64_t n, double* mean, double* var) {
 TEST(random_uniform_range_and_moments) {
   tpu_tensor_t self;
   ASSERT_OK(rnd_empty(TPU_F32, RND_N, &self));
-  tpu_arg_t args[3] = {kit_arg_tensor(&self), rnd_float(2.0), rnd_float(5.0)};
+  tpu_arg_t args[3] = {kit_arg_tensor(&self), kit_arg_float(2.0), kit_arg_float(5.0)};
   float* v = rnd_run("uniform", "", args, 3, RND_N);
   ASSERT(v != NULL);
   float lo = v[0], hi = v[0];
@@ -74,7 +60,7 @@ TEST(random_uniform_range_and_moments) {
 TEST(random_normal_seed_replays) {
   tpu_tensor_t self;
   ASSERT_OK(rnd_empty(TPU_F32, RND_N, &self));
-  tpu_arg_t args[3] = {kit_arg_tensor(&self), rnd_float(1.0), rnd_float(2.0)};
+  tpu_arg_t args[3] = {kit_arg_tensor(&self), kit_arg_float(1.0), kit_arg_float(2.0)};
   tpu_rng_set_seed(1234);
   float* a = rnd_run("normal", "", args, 3, RND_N);
   float* b = rnd_run("normal", "", args, 3, RND_N);
@@ -142,7 +128,7 @@ TEST(random_multinomial_without_replacement) {
   float p[2][8] = {{1, 1, 1, 1, 1, 1, 1, 1}, {0, 0, 1, 0, 2, 0, 3, 0}};
   tpu_tensor_t probs;
   ASSERT_OK(kit_tensor(TPU_F32, 2, (int64_t[]){2, 8}, p, &probs));
-  tpu_arg_t args[3] = {kit_arg_tensor(&probs), kit_arg_int(3), rnd_bool(false)};
+  tpu_arg_t args[3] = {kit_arg_tensor(&probs), kit_arg_int(3), kit_arg_bool(false)};
   for (int rep = 0; rep < 5; ++rep) {
     float* v = rnd_run("multinomial", "", args, 3, 6);
     ASSERT(v != NULL);
@@ -164,7 +150,7 @@ TEST(random_native_dropout_mask_and_scale) {
   tpu_tensor_t x;
   int64_t n = RND_N;
   ASSERT_OK(kit_tensor(TPU_F32, 1, &n, ones, &x));
-  tpu_arg_t args[3] = {kit_arg_tensor(&x), rnd_float(0.25), rnd_bool(true)};
+  tpu_arg_t args[3] = {kit_arg_tensor(&x), kit_arg_float(0.25), kit_arg_bool(true)};
   tpu_result_t r[2];
   int nr = 0;
   ASSERT_OK(tpu_op_run("native_dropout", "", 0, args, 3, 2, r, &nr));
@@ -186,7 +172,7 @@ TEST(random_native_dropout_mask_and_scale) {
   EXPECT(abs(zeros - RND_N / 4) < 6 * 62);
   tpu_storage_release(r[0].storage);
   tpu_storage_release(r[1].storage);
-  args[1] = rnd_float(1.5);
+  args[1] = kit_arg_float(1.5);
   EXPECT_CODE(tpu_op_run("native_dropout", "", 0, args, 3, 2, r, &nr), TPU_INVALID_ARGUMENT);
   kit_release(&x);
 }
@@ -196,15 +182,15 @@ TEST(random_rejects_bad_parameters) {
   ASSERT_OK(rnd_empty(TPU_F32, 4, &f));
   ASSERT_OK(rnd_empty(TPU_I64, 4, &i));
   tpu_tensor_t z;
-  tpu_arg_t a[3] = {kit_arg_tensor(&f), rnd_float(0.0), rnd_float(-1.0)};
+  tpu_arg_t a[3] = {kit_arg_tensor(&f), kit_arg_float(0.0), kit_arg_float(-1.0)};
   EXPECT_CODE(kit_run1("normal", "", a, 3, &z), TPU_INVALID_ARGUMENT);
-  a[1] = rnd_float(1.0);
-  a[2] = rnd_float(0.0);
+  a[1] = kit_arg_float(1.0);
+  a[2] = kit_arg_float(0.0);
   EXPECT_CODE(kit_run1("uniform", "", a, 3, &z), TPU_INVALID_ARGUMENT);
-  a[1] = rnd_float(0.0);
+  a[1] = kit_arg_float(0.0);
   EXPECT_CODE(kit_run1("exponential", "", a, 2, &z), TPU_INVALID_ARGUMENT);
   EXPECT_CODE(kit_run1("geometric", "", a, 2, &z), TPU_INVALID_ARGUMENT);
-  a[1] = rnd_float(1.5);
+  a[1] = kit_arg_float(1.5);
   EXPECT_CODE(kit_run1("bernoulli", "float", a, 2, &z), TPU_INVALID_ARGUMENT);
   a[0] = kit_arg_tensor(&i);
   EXPECT_CODE(kit_run1("normal", "", a, 1, &z), TPU_UNIMPLEMENTED);

@@ -10,90 +10,22 @@
 #include "test.h"
 #include "torchtpu/runtime.h"
 
-static tpu_arg_t rd_ints(int n, const int64_t* v) {
-  static const int64_t none[1] = {0}; /* an empty list still points somewhere, as the binding's do */
-  if (!v) v = none;
-  tpu_arg_t a;
-  memset(&a, 0, sizeof(a));
-  a.kind = TPU_ARG_INT_LIST;
-  a.u.list.n = n;
-  a.u.list.ints = v;
-  return a;
-}
-
-static tpu_arg_t rd_bool(bool v) {
-  tpu_arg_t a;
-  memset(&a, 0, sizeof(a));
-  a.kind = TPU_ARG_BOOL;
-  a.u.b = v;
-  return a;
-}
-
-static tpu_arg_t rd_dtype(tpu_dtype_t t) {
-  tpu_arg_t a;
-  memset(&a, 0, sizeof(a));
-  a.kind = TPU_ARG_DTYPE;
-  a.u.dtype = t;
-  return a;
-}
-
-/* Checks result r (dtype, shape, values; NaN matches NaN) and releases it. */
-static void rd_check(const char* what, int line, tpu_tensor_t* r, tpu_dtype_t dtype, int rank, const int64_t* sizes,
-                     const float* want, int n, double tol) {
-  if (r->dtype != dtype) tpu_test_fail(__FILE__, line, "%s: dtype %d, want %d", what, (int)r->dtype, (int)dtype);
-  if (r->rank != rank) tpu_test_fail(__FILE__, line, "%s: rank %d, want %d", what, r->rank, rank);
-  for (int i = 0; i < rank && i < r->rank; ++i)
-    if (r->sizes[i] != sizes[i]) tpu_test_fail(__FILE__, line, "%s: size[%d] %lld, want %lld", what, i,
-                                               (long long)r->sizes[i], (long long)sizes[i]);
-  float* got = calloc((size_t)(n > 0 ? n : 1), sizeof(float));
-  if (got && tpu_test_check_ok(kit_read_f32(r, got, n), what, __FILE__, line)) {
-    for (int i = 0; i < n; ++i) {
-      bool ok = isnan(want[i])   ? isnan(got[i])
-                : isinf(want[i]) ? got[i] == want[i]
-                                 : fabs(got[i] - want[i]) <= tol * (1 + fabs(want[i]));
-      if (!ok) tpu_test_fail(__FILE__, line, "%s[%d]: got %g, want %g", what, i, got[i], want[i]);
-    }
-  }
-  free(got);
-  kit_release(r);
-}
-
-/* Runs an op with up to 4 results. */
-static tpu_status_t* rd_run(const char* name, const char* ov, const tpu_arg_t* args, int nargs, tpu_tensor_t* outs,
-                            int* n) {
-  tpu_result_t r[4];
-  TPU_RETURN_IF_ERROR(tpu_op_run(name, ov, 0, args, nargs, 4, r, n));
-  for (int i = 0; i < *n; ++i) {
-    memset(&outs[i], 0, sizeof(outs[i]));
-    outs[i].storage = r[i].storage;
-    outs[i].dtype = r[i].dtype;
-    outs[i].rank = r[i].rank;
-    memcpy(outs[i].sizes, r[i].sizes, sizeof(r[i].sizes));
-    int64_t st = 1;
-    for (int k = r[i].rank - 1; k >= 0; --k) {
-      outs[i].strides[k] = st;
-      st *= r[i].sizes[k] > 0 ? r[i].sizes[k] : 1;
-    }
-  }
-  return NULL;
-}
-
 TEST(reduce_sum_dims_keepdim_and_int_promotion) {
   float a[6] = {1, 2, 3, 4, 5, 6};
   tpu_tensor_t x, z;
   ASSERT_OK(kit_tensor(TPU_F32, 2, (int64_t[]){2, 3}, a, &x));
   int64_t d1[1] = {-1};
-  tpu_arg_t args[4] = {kit_arg_tensor(&x), rd_ints(1, d1), rd_bool(true), kit_arg_none()};
+  tpu_arg_t args[4] = {kit_arg_tensor(&x), kit_arg_ints(1, d1), kit_arg_bool(true), kit_arg_none()};
   ASSERT_OK(kit_run1("sum", "dim_IntList", args, 4, &z));
-  rd_check("sum(-1, keepdim)", __LINE__, &z, TPU_F32, 2, (int64_t[]){2, 1}, (float[]){6, 15}, 2, 1e-6);
+  KIT_CHECK("sum(-1, keepdim)", &z, TPU_F32, 2, (int64_t[]){2, 1}, (float[]){6, 15}, 2, 1e-6);
   /* dim=[] reduces everything; full form (self, dtype) too */
-  args[1] = rd_ints(0, NULL);
-  args[2] = rd_bool(false);
+  args[1] = kit_arg_ints(0, NULL);
+  args[2] = kit_arg_bool(false);
   ASSERT_OK(kit_run1("sum", "dim_IntList", args, 4, &z));
-  rd_check("sum([])", __LINE__, &z, TPU_F32, 0, NULL, (float[]){21}, 1, 1e-6);
-  tpu_arg_t full[2] = {kit_arg_tensor(&x), rd_dtype(TPU_F64)};
+  KIT_CHECK("sum([])", &z, TPU_F32, 0, NULL, (float[]){21}, 1, 1e-6);
+  tpu_arg_t full[2] = {kit_arg_tensor(&x), kit_arg_dtype(TPU_F64)};
   ASSERT_OK(kit_run1("sum", "", full, 2, &z));
-  rd_check("sum(dtype=f64)", __LINE__, &z, TPU_F64, 0, NULL, (float[]){21}, 1, 1e-9);
+  KIT_CHECK("sum(dtype=f64)", &z, TPU_F64, 0, NULL, (float[]){21}, 1, 1e-9);
   kit_release(&x);
   /* int8 and bool sum to int64 */
   int8_t i8[4] = {100, 100, 100, -1};
@@ -101,9 +33,9 @@ TEST(reduce_sum_dims_keepdim_and_int_promotion) {
   full[0] = kit_arg_tensor(&x);
   full[1] = kit_arg_none();
   ASSERT_OK(kit_run1("sum", "", full, 2, &z));
-  rd_check("sum(int8)", __LINE__, &z, TPU_I64, 0, NULL, (float[]){299}, 1, 0);
+  KIT_CHECK("sum(int8)", &z, TPU_I64, 0, NULL, (float[]){299}, 1, 0);
   ASSERT_OK(kit_run1("prod", "", full, 2, &z));
-  rd_check("prod(int8)", __LINE__, &z, TPU_I64, 0, NULL, (float[]){-1e6}, 1, 0);
+  KIT_CHECK("prod(int8)", &z, TPU_I64, 0, NULL, (float[]){-1e6}, 1, 0);
   kit_release(&x);
 }
 
@@ -112,34 +44,34 @@ TEST(reduce_mean_and_errors) {
   tpu_tensor_t x, z;
   ASSERT_OK(kit_tensor(TPU_F32, 2, (int64_t[]){2, 2}, a, &x));
   int64_t d0[1] = {0};
-  tpu_arg_t args[4] = {kit_arg_tensor(&x), rd_ints(1, d0), rd_bool(false), kit_arg_none()};
+  tpu_arg_t args[4] = {kit_arg_tensor(&x), kit_arg_ints(1, d0), kit_arg_bool(false), kit_arg_none()};
   ASSERT_OK(kit_run1("mean", "dim", args, 4, &z));
-  rd_check("mean(0)", __LINE__, &z, TPU_F32, 1, (int64_t[]){2}, (float[]){2, 3}, 2, 1e-6);
+  KIT_CHECK("mean(0)", &z, TPU_F32, 1, (int64_t[]){2}, (float[]){2, 3}, 2, 1e-6);
   kit_release(&x);
   int64_t iv[2] = {1, 2};
   ASSERT_OK(kit_tensor(TPU_I64, 1, (int64_t[]){2}, iv, &x));
   tpu_arg_t full[2] = {kit_arg_tensor(&x), kit_arg_none()};
   EXPECT_CODE(kit_run1("mean", "", full, 2, &z), TPU_INVALID_ARGUMENT);
-  full[1] = rd_dtype(TPU_F32);
+  full[1] = kit_arg_dtype(TPU_F32);
   ASSERT_OK(kit_run1("mean", "", full, 2, &z));
-  rd_check("mean(int, dtype=f32)", __LINE__, &z, TPU_F32, 0, NULL, (float[]){1.5f}, 1, 1e-6);
+  KIT_CHECK("mean(int, dtype=f32)", &z, TPU_F32, 0, NULL, (float[]){1.5f}, 1, 1e-6);
   kit_release(&x);
   /* empty: sum 0, prod 1, mean NaN; amax over the empty dim is an IndexError */
   ASSERT_OK(kit_tensor(TPU_F32, 2, (int64_t[]){2, 0}, NULL, &x));
   int64_t d1[1] = {1};
-  tpu_arg_t e[4] = {kit_arg_tensor(&x), rd_ints(1, d1), rd_bool(false), kit_arg_none()};
+  tpu_arg_t e[4] = {kit_arg_tensor(&x), kit_arg_ints(1, d1), kit_arg_bool(false), kit_arg_none()};
   ASSERT_OK(kit_run1("sum", "dim_IntList", e, 4, &z));
-  rd_check("sum(empty)", __LINE__, &z, TPU_F32, 1, (int64_t[]){2}, (float[]){0, 0}, 2, 0);
+  KIT_CHECK("sum(empty)", &z, TPU_F32, 1, (int64_t[]){2}, (float[]){0, 0}, 2, 0);
   ASSERT_OK(kit_run1("mean", "dim", e, 4, &z));
-  rd_check("mean(empty)", __LINE__, &z, TPU_F32, 1, (int64_t[]){2}, (float[]){NAN, NAN}, 2, 0);
+  KIT_CHECK("mean(empty)", &z, TPU_F32, 1, (int64_t[]){2}, (float[]){NAN, NAN}, 2, 0);
   e[1] = kit_arg_int(1);
   ASSERT_OK(kit_run1("prod", "dim_int", e, 4, &z));
-  rd_check("prod(empty)", __LINE__, &z, TPU_F32, 1, (int64_t[]){2}, (float[]){1, 1}, 2, 0);
-  e[1] = rd_ints(1, d1);
+  KIT_CHECK("prod(empty)", &z, TPU_F32, 1, (int64_t[]){2}, (float[]){1, 1}, 2, 0);
+  e[1] = kit_arg_ints(1, d1);
   EXPECT_CODE(kit_run1("amax", "", e, 3, &z), TPU_OUT_OF_RANGE);
-  e[1] = rd_ints(1, d0);
+  e[1] = kit_arg_ints(1, d0);
   ASSERT_OK(kit_run1("amax", "", e, 3, &z));
-  rd_check("amax(empty, 0)", __LINE__, &z, TPU_F32, 1, (int64_t[]){0}, NULL, 0, 0);
+  KIT_CHECK("amax(empty, 0)", &z, TPU_F32, 1, (int64_t[]){0}, NULL, 0, 0);
   tpu_arg_t one[1] = {kit_arg_tensor(&x)};
   EXPECT_CODE(kit_run1("max", "", one, 1, &z), TPU_INVALID_ARGUMENT);
   kit_release(&x);
@@ -150,41 +82,41 @@ TEST(reduce_max_nan_and_first_index) {
   tpu_tensor_t x, z, o[4];
   ASSERT_OK(kit_tensor(TPU_F32, 2, (int64_t[]){2, 4}, a, &x));
   int64_t d1[1] = {1};
-  tpu_arg_t args[3] = {kit_arg_tensor(&x), rd_ints(1, d1), rd_bool(false)};
+  tpu_arg_t args[3] = {kit_arg_tensor(&x), kit_arg_ints(1, d1), kit_arg_bool(false)};
   ASSERT_OK(kit_run1("amax", "", args, 3, &z));
-  rd_check("amax", __LINE__, &z, TPU_F32, 1, (int64_t[]){2}, (float[]){NAN, 7}, 2, 0);
+  KIT_CHECK("amax", &z, TPU_F32, 1, (int64_t[]){2}, (float[]){NAN, 7}, 2, 0);
   ASSERT_OK(kit_run1("amin", "", args, 3, &z));
-  rd_check("amin", __LINE__, &z, TPU_F32, 1, (int64_t[]){2}, (float[]){NAN, -1}, 2, 0);
+  KIT_CHECK("amin", &z, TPU_F32, 1, (int64_t[]){2}, (float[]){NAN, -1}, 2, 0);
   args[1] = kit_arg_int(-1);
-  args[2] = rd_bool(true);
+  args[2] = kit_arg_bool(true);
   int n = 0;
-  ASSERT_OK(rd_run("max", "dim", args, 3, o, &n));
+  ASSERT_OK(kit_run("max", "dim", args, 3, 4, o, &n));
   ASSERT_EQ_INT(n, 2);
-  rd_check("max.dim values", __LINE__, &o[0], TPU_F32, 2, (int64_t[]){2, 1}, (float[]){NAN, 7}, 2, 0);
-  rd_check("max.dim indices", __LINE__, &o[1], TPU_I64, 2, (int64_t[]){2, 1}, (float[]){1, 1}, 2, 0);
+  KIT_CHECK("max.dim values", &o[0], TPU_F32, 2, (int64_t[]){2, 1}, (float[]){NAN, 7}, 2, 0);
+  KIT_CHECK("max.dim indices", &o[1], TPU_I64, 2, (int64_t[]){2, 1}, (float[]){1, 1}, 2, 0);
   /* argmax over the flattened input (dim None): the first of the maxima */
   float c[5] = {2, 9, 1, 9, 0};
   tpu_tensor_t y;
   ASSERT_OK(kit_tensor(TPU_F32, 1, (int64_t[]){5}, c, &y));
-  tpu_arg_t am[3] = {kit_arg_tensor(&y), kit_arg_none(), rd_bool(true)};
+  tpu_arg_t am[3] = {kit_arg_tensor(&y), kit_arg_none(), kit_arg_bool(true)};
   ASSERT_OK(kit_run1("argmax", "", am, 3, &z));
-  rd_check("argmax", __LINE__, &z, TPU_I64, 1, (int64_t[]){1}, (float[]){1}, 1, 0);
+  KIT_CHECK("argmax", &z, TPU_I64, 1, (int64_t[]){1}, (float[]){1}, 1, 0);
   ASSERT_OK(kit_run1("argmin", "", am, 3, &z));
-  rd_check("argmin", __LINE__, &z, TPU_I64, 1, (int64_t[]){1}, (float[]){4}, 1, 0);
+  KIT_CHECK("argmin", &z, TPU_I64, 1, (int64_t[]){1}, (float[]){4}, 1, 0);
   tpu_arg_t one[1] = {kit_arg_tensor(&x)};
   ASSERT_OK(kit_run1("max", "", one, 1, &z));
-  rd_check("max()", __LINE__, &z, TPU_F32, 0, NULL, (float[]){NAN}, 1, 0);
+  KIT_CHECK("max()", &z, TPU_F32, 0, NULL, (float[]){NAN}, 1, 0);
   /* max.other is elementwise maximum with promotion and NaN propagation */
   float c2[5] = {3, NAN, 0, 9, NAN};
   tpu_tensor_t y2;
   ASSERT_OK(kit_tensor(TPU_F32, 1, (int64_t[]){5}, c2, &y2));
   tpu_arg_t mo[2] = {kit_arg_tensor(&y), kit_arg_tensor(&y2)};
   ASSERT_OK(kit_run1("max", "other", mo, 2, &z));
-  rd_check("max.other", __LINE__, &z, TPU_F32, 1, (int64_t[]){5}, (float[]){3, NAN, 1, 9, NAN}, 5, 0);
+  KIT_CHECK("max.other", &z, TPU_F32, 1, (int64_t[]){5}, (float[]){3, NAN, 1, 9, NAN}, 5, 0);
   mo[0] = kit_arg_tensor(&y2);
   mo[1] = kit_arg_tensor(&y);
   ASSERT_OK(kit_run1("min", "other", mo, 2, &z));
-  rd_check("min.other", __LINE__, &z, TPU_F32, 1, (int64_t[]){5}, (float[]){2, NAN, 0, 9, NAN}, 5, 0);
+  KIT_CHECK("min.other", &z, TPU_F32, 1, (int64_t[]){5}, (float[]){2, NAN, 0, 9, NAN}, 5, 0);
   kit_release(&y2);
   kit_release(&y);
   kit_release(&x);
@@ -195,26 +127,26 @@ TEST(reduce_var_std_correction_is_runtime) {
   tpu_tensor_t x, z, o[4];
   ASSERT_OK(kit_tensor(TPU_F32, 2, (int64_t[]){2, 3}, a, &x));
   int64_t d1[1] = {1};
-  tpu_arg_t args[4] = {kit_arg_tensor(&x), rd_ints(1, d1), kit_arg_none(), rd_bool(false)};
+  tpu_arg_t args[4] = {kit_arg_tensor(&x), kit_arg_ints(1, d1), kit_arg_none(), kit_arg_bool(false)};
   ASSERT_OK(kit_run1("var", "correction", args, 4, &z));
-  rd_check("var", __LINE__, &z, TPU_F32, 1, (int64_t[]){2}, (float[]){1, 4}, 2, 1e-6);
+  KIT_CHECK("var", &z, TPU_F32, 1, (int64_t[]){2}, (float[]){1, 4}, 2, 1e-6);
   int64_t misses = tpu_metric_get(TPU_METRIC_CACHE_MISSES);
   args[2] = kit_arg_scalar_i(0);
   ASSERT_OK(kit_run1("var", "correction", args, 4, &z));
-  rd_check("var(c=0)", __LINE__, &z, TPU_F32, 1, (int64_t[]){2}, (float[]){2.f / 3, 8.f / 3}, 2, 1e-6);
+  KIT_CHECK("var(c=0)", &z, TPU_F32, 1, (int64_t[]){2}, (float[]){2.f / 3, 8.f / 3}, 2, 1e-6);
   args[2] = kit_arg_scalar_i(2);
   ASSERT_OK(kit_run1("var", "correction", args, 4, &z));
-  rd_check("var(c=2)", __LINE__, &z, TPU_F32, 1, (int64_t[]){2}, (float[]){2, 8}, 2, 1e-6);
+  KIT_CHECK("var(c=2)", &z, TPU_F32, 1, (int64_t[]){2}, (float[]){2, 8}, 2, 1e-6);
   EXPECT_EQ_INT(tpu_metric_get(TPU_METRIC_CACHE_MISSES) - misses, 1);
   args[2] = kit_arg_scalar_i(5); /* dof <= 0: x / 0 */
   ASSERT_OK(kit_run1("std", "correction", args, 4, &z));
-  rd_check("std(c=5)", __LINE__, &z, TPU_F32, 1, (int64_t[]){2}, (float[]){INFINITY, INFINITY}, 2, 0);
+  KIT_CHECK("std(c=5)", &z, TPU_F32, 1, (int64_t[]){2}, (float[]){INFINITY, INFINITY}, 2, 0);
   args[2] = kit_arg_none();
   int n = 0;
-  ASSERT_OK(rd_run("std_mean", "correction", args, 4, o, &n));
+  ASSERT_OK(kit_run("std_mean", "correction", args, 4, 4, o, &n));
   ASSERT_EQ_INT(n, 2);
-  rd_check("std_mean std", __LINE__, &o[0], TPU_F32, 1, (int64_t[]){2}, (float[]){1, 2}, 2, 1e-6);
-  rd_check("std_mean mean", __LINE__, &o[1], TPU_F32, 1, (int64_t[]){2}, (float[]){2, 6}, 2, 1e-6);
+  KIT_CHECK("std_mean std", &o[0], TPU_F32, 1, (int64_t[]){2}, (float[]){1, 2}, 2, 1e-6);
+  KIT_CHECK("std_mean mean", &o[1], TPU_F32, 1, (int64_t[]){2}, (float[]){2, 6}, 2, 1e-6);
   kit_release(&x);
 }
 
@@ -226,9 +158,9 @@ TEST(reduce_norm_ord_is_runtime) {
   const float want[] = {5, 7, 4, 0, 2, 4.4979414f, 0};
   int64_t misses = tpu_metric_get(TPU_METRIC_CACHE_MISSES);
   for (size_t i = 0; i < sizeof(ords) / sizeof(ords[0]); ++i) {
-    tpu_arg_t args[5] = {kit_arg_tensor(&x), kit_arg_scalar_f(ords[i]), kit_arg_none(), rd_bool(false), kit_arg_none()};
+    tpu_arg_t args[5] = {kit_arg_tensor(&x), kit_arg_scalar_f(ords[i]), kit_arg_none(), kit_arg_bool(false), kit_arg_none()};
     ASSERT_OK(kit_run1("linalg_vector_norm", "", args, 5, &z));
-    rd_check("vector_norm", __LINE__, &z, TPU_F32, 0, NULL, &want[i], 1, 1e-5);
+    KIT_CHECK("vector_norm", &z, TPU_F32, 0, NULL, &want[i], 1, 1e-5);
   }
   EXPECT_EQ_INT(tpu_metric_get(TPU_METRIC_CACHE_MISSES) - misses, 1);
   kit_release(&x);
@@ -243,25 +175,25 @@ TEST(reduce_any_all_count_logsumexp) {
   uint8_t u[4] = {0, 2, 1, 1};
   tpu_tensor_t x, z;
   ASSERT_OK(kit_tensor(TPU_U8, 2, (int64_t[]){2, 2}, u, &x));
-  tpu_arg_t args[3] = {kit_arg_tensor(&x), kit_arg_int(1), rd_bool(false)};
+  tpu_arg_t args[3] = {kit_arg_tensor(&x), kit_arg_int(1), kit_arg_bool(false)};
   ASSERT_OK(kit_run1("all", "dim", args, 3, &z));
-  rd_check("all(uint8)", __LINE__, &z, TPU_U8, 1, (int64_t[]){2}, (float[]){0, 1}, 2, 0);
+  KIT_CHECK("all(uint8)", &z, TPU_U8, 1, (int64_t[]){2}, (float[]){0, 1}, 2, 0);
   ASSERT_OK(kit_run1("any", "dim", args, 3, &z));
-  rd_check("any(uint8)", __LINE__, &z, TPU_U8, 1, (int64_t[]){2}, (float[]){1, 1}, 2, 0);
+  KIT_CHECK("any(uint8)", &z, TPU_U8, 1, (int64_t[]){2}, (float[]){1, 1}, 2, 0);
   /* any.dims with [] reduces nothing */
-  args[1] = rd_ints(0, NULL);
+  args[1] = kit_arg_ints(0, NULL);
   ASSERT_OK(kit_run1("any", "dims", args, 3, &z));
-  rd_check("any([])", __LINE__, &z, TPU_U8, 2, (int64_t[]){2, 2}, (float[]){0, 1, 1, 1}, 4, 0);
+  KIT_CHECK("any([])", &z, TPU_U8, 2, (int64_t[]){2, 2}, (float[]){0, 1, 1, 1}, 4, 0);
   tpu_arg_t cn[2] = {kit_arg_tensor(&x), kit_arg_none()};
   ASSERT_OK(kit_run1("count_nonzero", "", cn, 2, &z));
-  rd_check("count_nonzero", __LINE__, &z, TPU_I64, 0, NULL, (float[]){3}, 1, 0);
+  KIT_CHECK("count_nonzero", &z, TPU_I64, 0, NULL, (float[]){3}, 1, 0);
   kit_release(&x);
   float a[3] = {-INFINITY, -INFINITY, 0};
   ASSERT_OK(kit_tensor(TPU_F32, 1, (int64_t[]){3}, a, &x));
   int64_t d0[1] = {0};
-  tpu_arg_t ls[3] = {kit_arg_tensor(&x), rd_ints(1, d0), rd_bool(false)};
+  tpu_arg_t ls[3] = {kit_arg_tensor(&x), kit_arg_ints(1, d0), kit_arg_bool(false)};
   ASSERT_OK(kit_run1("logsumexp", "", ls, 3, &z));
-  rd_check("logsumexp", __LINE__, &z, TPU_F32, 0, NULL, (float[]){0}, 1, 1e-6);
+  KIT_CHECK("logsumexp", &z, TPU_F32, 0, NULL, (float[]){0}, 1, 1e-6);
   kit_release(&x);
 }
 
@@ -271,20 +203,20 @@ TEST(reduce_scans) {
   ASSERT_OK(kit_tensor(TPU_I32, 2, (int64_t[]){2, 3}, iv, &x));
   tpu_arg_t args[3] = {kit_arg_tensor(&x), kit_arg_int(1), kit_arg_none()};
   ASSERT_OK(kit_run1("cumsum", "", args, 3, &z));
-  rd_check("cumsum", __LINE__, &z, TPU_I64, 2, (int64_t[]){2, 3}, (float[]){1, 3, 6, 4, 9, 15}, 6, 0);
+  KIT_CHECK("cumsum", &z, TPU_I64, 2, (int64_t[]){2, 3}, (float[]){1, 3, 6, 4, 9, 15}, 6, 0);
   args[1] = kit_arg_int(0);
   ASSERT_OK(kit_run1("cumprod", "", args, 3, &z));
-  rd_check("cumprod", __LINE__, &z, TPU_I64, 2, (int64_t[]){2, 3}, (float[]){1, 2, 3, 4, 10, 18}, 6, 0);
+  KIT_CHECK("cumprod", &z, TPU_I64, 2, (int64_t[]){2, 3}, (float[]){1, 2, 3, 4, 10, 18}, 6, 0);
   kit_release(&x);
   /* cummax: NaN sticks (index of the latest NaN), ties move to the latest index */
   float a[7] = {1, 1, NAN, 2, NAN, 3, 0};
   ASSERT_OK(kit_tensor(TPU_F32, 1, (int64_t[]){7}, a, &x));
   tpu_arg_t cm[2] = {kit_arg_tensor(&x), kit_arg_int(0)};
   int n = 0;
-  ASSERT_OK(rd_run("cummax", "", cm, 2, o, &n));
+  ASSERT_OK(kit_run("cummax", "", cm, 2, 4, o, &n));
   ASSERT_EQ_INT(n, 2);
-  rd_check("cummax values", __LINE__, &o[0], TPU_F32, 1, (int64_t[]){7}, (float[]){1, 1, NAN, NAN, NAN, NAN, NAN}, 7, 0);
-  rd_check("cummax indices", __LINE__, &o[1], TPU_I64, 1, (int64_t[]){7}, (float[]){0, 1, 2, 2, 4, 4, 4}, 7, 0);
+  KIT_CHECK("cummax values", &o[0], TPU_F32, 1, (int64_t[]){7}, (float[]){1, 1, NAN, NAN, NAN, NAN, NAN}, 7, 0);
+  KIT_CHECK("cummax indices", &o[1], TPU_I64, 1, (int64_t[]){7}, (float[]){0, 1, 2, 2, 4, 4, 4}, 7, 0);
   kit_release(&x);
   float l[5] = {0, 0, 0, 0, 0};
   ASSERT_OK(kit_tensor(TPU_F32, 1, (int64_t[]){5}, l, &x));
@@ -292,7 +224,7 @@ TEST(reduce_scans) {
   ASSERT_OK(kit_run1("logcumsumexp", "", cm, 2, &z));
   float want[5];
   for (int i = 0; i < 5; ++i) want[i] = logf((float)(i + 1));
-  rd_check("logcumsumexp", __LINE__, &z, TPU_F32, 1, (int64_t[]){5}, want, 5, 1e-6);
+  KIT_CHECK("logcumsumexp", &z, TPU_F32, 1, (int64_t[]){5}, want, 5, 1e-6);
   kit_release(&x);
 }
 
@@ -300,7 +232,7 @@ TEST(reduce_softmax_and_backward) {
   float a[6] = {1, 2, 3, 0, 0, -INFINITY};
   tpu_tensor_t x, y, g, z;
   ASSERT_OK(kit_tensor(TPU_F32, 2, (int64_t[]){2, 3}, a, &x));
-  tpu_arg_t args[3] = {kit_arg_tensor(&x), kit_arg_int(-1), rd_bool(false)};
+  tpu_arg_t args[3] = {kit_arg_tensor(&x), kit_arg_int(-1), kit_arg_bool(false)};
   ASSERT_OK(kit_run1("_softmax", "", args, 3, &y));
   float e = expf(1), s = 1 + e + e * e;
   float want[6] = {1 / s, e / s, e * e / s, 0.5f, 0.5f, 0};
@@ -310,15 +242,15 @@ TEST(reduce_softmax_and_backward) {
   /* d softmax with grad = one-hot(0) per row: y0 * (δ − y) */
   float go[6] = {1, 0, 0, 1, 0, 0};
   ASSERT_OK(kit_tensor(TPU_F32, 2, (int64_t[]){2, 3}, go, &g));
-  tpu_arg_t bw[4] = {kit_arg_tensor(&g), kit_arg_tensor(&y), kit_arg_int(1), rd_dtype(TPU_F32)};
+  tpu_arg_t bw[4] = {kit_arg_tensor(&g), kit_arg_tensor(&y), kit_arg_int(1), kit_arg_dtype(TPU_F32)};
   ASSERT_OK(kit_run1("_softmax_backward_data", "", bw, 4, &z));
   float wb[6];
   for (int i = 0; i < 6; ++i) wb[i] = want[(i / 3) * 3] * ((i % 3 == 0) - want[i]);
-  rd_check("softmax bwd", __LINE__, &z, TPU_F32, 2, (int64_t[]){2, 3}, wb, 6, 1e-6);
+  KIT_CHECK("softmax bwd", &z, TPU_F32, 2, (int64_t[]){2, 3}, wb, 6, 1e-6);
   ASSERT_OK(kit_run1("_log_softmax", "", args, 3, &z));
   float wl[6];
   for (int i = 0; i < 6; ++i) wl[i] = logf(want[i]);
-  rd_check("log_softmax", __LINE__, &z, TPU_F32, 2, (int64_t[]){2, 3}, wl, 6, 1e-5);
+  KIT_CHECK("log_softmax", &z, TPU_F32, 2, (int64_t[]){2, 3}, wl, 6, 1e-5);
   kit_release(&g);
   kit_release(&y);
   kit_release(&x);

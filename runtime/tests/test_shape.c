@@ -2,24 +2,6 @@
 #include "kit.h"
 #include "test.h"
 
-static tpu_arg_t sh_list(int n, const tpu_tensor_t* ts) {
-  tpu_arg_t a;
-  memset(&a, 0, sizeof(a));
-  a.kind = TPU_ARG_TENSOR_LIST;
-  a.u.list.n = n;
-  a.u.list.tensors = ts;
-  return a;
-}
-
-static tpu_arg_t sh_ints(int n, const int64_t* v) {
-  tpu_arg_t a;
-  memset(&a, 0, sizeof(a));
-  a.kind = TPU_ARG_INT_LIST;
-  a.u.list.n = n;
-  a.u.list.ints = v;
-  return a;
-}
-
 TEST(shape_cat_promotes_and_skips_empty) {
   float a[4] = {1, 2, 3, 4};
   int64_t c[2] = {5, 6};
@@ -28,7 +10,7 @@ TEST(shape_cat_promotes_and_skips_empty) {
   ASSERT_OK(kit_tensor(TPU_I64, 2, (int64_t[]){2, 1}, c, &y));
   ASSERT_OK(kit_tensor(TPU_F32, 1, (int64_t[]){0}, NULL, &e));
   tpu_tensor_t list[3] = {x, e, y};
-  tpu_arg_t args[2] = {sh_list(3, list), kit_arg_int(-1)};
+  tpu_arg_t args[2] = {kit_arg_tensors(3, list), kit_arg_int(-1)};
   ASSERT_OK(kit_run1("cat", "", args, 2, &out));
   ASSERT_EQ_INT(out.dtype, TPU_F32);
   ASSERT_EQ_INT(out.sizes[0], 2);
@@ -41,7 +23,7 @@ TEST(shape_cat_promotes_and_skips_empty) {
   tpu_tensor_t bad;
   ASSERT_OK(kit_tensor(TPU_F32, 2, (int64_t[]){3, 1}, NULL, &bad));
   tpu_tensor_t list2[2] = {x, bad};
-  args[0] = sh_list(2, list2);
+  args[0] = kit_arg_tensors(2, list2);
   EXPECT_CODE(kit_run1("cat", "", args, 2, &out), TPU_INVALID_ARGUMENT);
   kit_release(&bad);
   kit_release(&e);
@@ -54,7 +36,7 @@ TEST(shape_reflection_and_replication_pad) {
   tpu_tensor_t x, out;
   ASSERT_OK(kit_tensor(TPU_F32, 2, (int64_t[]){1, 4}, a, &x));
   int64_t pad[2] = {2, 3};
-  tpu_arg_t args[2] = {kit_arg_tensor(&x), sh_ints(2, pad)};
+  tpu_arg_t args[2] = {kit_arg_tensor(&x), kit_arg_ints(2, pad)};
   float o[9];
   ASSERT_OK(kit_run1("reflection_pad1d", "", args, 2, &out));
   ASSERT_OK(kit_read_f32(&out, o, 9));
@@ -67,7 +49,7 @@ TEST(shape_reflection_and_replication_pad) {
   for (int i = 0; i < 9; ++i) EXPECT_NEAR(o[i], repl[i], 0);
   /* backward of the replication pad: edge elements collect the padded grads */
   tpu_tensor_t g = out;
-  tpu_arg_t bargs[3] = {kit_arg_tensor(&g), kit_arg_tensor(&x), sh_ints(2, pad)};
+  tpu_arg_t bargs[3] = {kit_arg_tensor(&g), kit_arg_tensor(&x), kit_arg_ints(2, pad)};
   tpu_tensor_t gi;
   ASSERT_OK(kit_run1("replication_pad1d_backward", "", bargs, 3, &gi));
   float og[4];
@@ -78,7 +60,7 @@ TEST(shape_reflection_and_replication_pad) {
   kit_release(&out);
   /* reflection padding as large as the input is an error */
   int64_t big[2] = {4, 0};
-  args[1] = sh_ints(2, big);
+  args[1] = kit_arg_ints(2, big);
   EXPECT_CODE(kit_run1("reflection_pad1d", "", args, 2, &out), TPU_INVALID_ARGUMENT);
   kit_release(&x);
 }
@@ -88,7 +70,7 @@ TEST(shape_upsample_nearest_and_linear) {
   tpu_tensor_t x, out;
   ASSERT_OK(kit_tensor(TPU_F32, 3, (int64_t[]){1, 1, 3}, a, &x));
   int64_t osz[1] = {6};
-  tpu_arg_t args[4] = {kit_arg_tensor(&x), sh_ints(1, osz), kit_arg_none(), kit_arg_none()};
+  tpu_arg_t args[4] = {kit_arg_tensor(&x), kit_arg_ints(1, osz), kit_arg_none(), kit_arg_none()};
   float o[6];
   ASSERT_OK(kit_run1("upsample_nearest1d", "", args, 3, &out));
   ASSERT_OK(kit_read_f32(&out, o, 6));

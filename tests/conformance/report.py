@@ -7,6 +7,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import re
 
 COLUMN_TITLES = {
     "float32/fwd": "forward float32",
@@ -64,6 +65,33 @@ def top_unsupported(results: dict, n=None) -> list[dict]:
     return rows[:n] if n else rows
 
 
+_OVERLOAD_RE = re.compile(r"aten::[A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+)?")
+
+
+def top_overloads(results: dict, n=None) -> list[dict]:
+    """aten overloads that block cells: missing lowerings (unsupported) plus those named
+    by the exception of a failing cell ("tpu: aten::gather.out: ...")."""
+    unsup = collections.Counter()
+    fail = collections.Counter()
+    ops = collections.defaultdict(set)
+    for key, entry in results.items():
+        for col, cell in entry["cells"].items():
+            if cell["status"] not in ("unsupported", "fail"):
+                continue
+            for ov in cell.get("unsupported_overloads", []):
+                unsup[ov] += 1
+                ops[ov].add(key)
+            if cell["status"] == "fail":
+                for ov in dict.fromkeys(_OVERLOAD_RE.findall(cell.get("reason", ""))):
+                    fail[ov] += 1
+                    ops[ov].add(key)
+    rows = [{"overload": ov, "cells": unsup[ov] + fail[ov], "unsupported_cells": unsup[ov],
+             "failing_cells": fail[ov], "opinfos": len(ops[ov]),
+             "example_opinfos": sorted(ops[ov])[:6]} for ov in set(unsup) | set(fail)]
+    rows.sort(key=lambda r: (-r["cells"], -r["opinfos"], r["overload"]))
+    return rows[:n] if n else rows
+
+
 def top_failures(results: dict, n=25) -> list[dict]:
     c = collections.Counter()
     ops = collections.defaultdict(set)
@@ -75,6 +103,8 @@ def top_failures(results: dict, n=25) -> list[dict]:
                     r = "wrong values"
                 elif cell["status"] == "timeout":
                     r = "timeout"
+                elif cell["status"] == "crash":
+                    r = r.split("; log tail")[0]
                 r = r[:140]
                 c[r] += 1
                 ops[r].add(key)
@@ -90,9 +120,11 @@ def write_reports(results: dict, meta: dict, report_dir: str, columns: list[str]
     os.makedirs(report_dir, exist_ok=True)
     summary = summarize(results, columns)
     unsup = top_unsupported(results)
+    blocking = top_overloads(results)
     fails = top_failures(results)
-    ops_list = [dict(key=k, **v) for k, v in results.items()]
+    ops_list = [dict(v, key=k) for k, v in results.items()]
     data = {"meta": meta, "summary": summary, "top_unsupported_overloads": unsup,
+            "top_blocking_overloads": blocking,
             "top_failure_reasons": fails, "ops": ops_list}
     with open(os.path.join(report_dir, "conformance.json"), "w") as f:
         json.dump(data, f, indent=1, default=str)
@@ -134,6 +166,13 @@ def write_reports(results: dict, meta: dict, report_dir: str, columns: list[str]
                  f"{r['pass']} ({r['pass_pct']}%) | {r['fail']} ({r['fail_pct']}%) | "
                  f"{r['unsupported']} ({r['unsupported_pct']}%) | {r['timeout']} | "
                  f"{r['crash']} | {r['skipped']} |")
+    L.append("")
+    L.append("## Top 20 aten overloads blocking cells (missing lowering or named by a failure)\n")
+    L.append("| aten overload | cells | unsupported | failing | OpInfos | e.g. |")
+    L.append("|---|---:|---:|---:|---:|---|")
+    for r in blocking[:20]:
+        L.append(f"| `{r['overload']}` | {r['cells']} | {r['unsupported_cells']} | "
+                 f"{r['failing_cells']} | {r['opinfos']} | {', '.join(r['example_opinfos'][:4])} |")
     L.append("")
     L.append("## Missing lowerings (NotImplementedError), by OpInfo cells blocked\n")
     L.append("| aten overload | cells | OpInfos | e.g. |")

@@ -122,7 +122,8 @@ def _tail(path, n=4):
         lines = [ln.strip() for ln in lines if ln.strip() and not ln.startswith("== ")]
         for i in range(len(lines) - 1, -1, -1):  # faulthandler's report, if any
             if lines[i].startswith("Fatal Python error"):
-                return " / ".join(lines[i:i + n + 1])[:400]
+                frames = [ln for ln in lines[i + 1:] if ln.startswith("File ")][:n]
+                return " / ".join([lines[i]] + frames)[:500]
         return " / ".join(lines[-n:])[-400:]
     except OSError:
         return ""

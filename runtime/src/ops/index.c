@@ -551,6 +551,15 @@ static tpu_val_t tpu_idx_along_source(tpu_builder_t* b, tpu_op_t* op, int dim, t
   return tpu_idx_as_1d(b, tpu_b_convert(b, tpu_op_tensor(b, op, 3), t));
 }
 
+/* The one result of index_add / index_copy: src put into self (arg 0) along dim at
+ * idx, combined by `body` (NULL: replaced), in self's shape. */
+static tpu_status_t* tpu_idx_put_self_along(tpu_builder_t* b, tpu_op_t* op, int dim, tpu_val_t idx, tpu_val_t src,
+                                            const char* body, tpu_val_t* outs, int* nouts) {
+  tpu_aval_t in = tpu_op_aval(op, 0);
+  tpu_val_t r = tpu_idx_put_along(b, tpu_idx_as_1d(b, tpu_op_tensor(b, op, 0)), dim, idx, src, body);
+  return tpu_idx_one(tpu_b_reshape(b, r, in.rank, in.dims), outs, nouts);
+}
+
 /* index_add(self, dim, index, source, alpha) */
 static tpu_status_t* tpu_lower_index_add(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
   (void)max_outs;
@@ -569,8 +578,7 @@ static tpu_status_t* tpu_lower_index_add(tpu_builder_t* b, tpu_op_t* op, int max
     if (tpu_b_ok(b) && in.dtype != TPU_BOOL)
       src = tpu_b_binary(b, "stablehlo.multiply", src, tpu_b_broadcast_in_dim(b, alpha, a->rank, a->dims, NULL));
   }
-  tpu_val_t r = tpu_idx_put_along(b, tpu_idx_as_1d(b, tpu_op_tensor(b, op, 0)), dim, idx, src, "stablehlo.add");
-  return tpu_idx_one(tpu_b_reshape(b, r, in.rank, in.dims), outs, nouts);
+  return tpu_idx_put_self_along(b, op, dim, idx, src, "stablehlo.add", outs, nouts);
 }
 
 static tpu_status_t* tpu_lower_index_copy(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs,
@@ -585,8 +593,7 @@ static tpu_status_t* tpu_lower_index_copy(tpu_builder_t* b, tpu_op_t* op, int ma
     return NULL;
   }
   tpu_val_t src = tpu_idx_along_source(b, op, dim, in.dtype, "index_copy");
-  tpu_val_t r = tpu_idx_put_along(b, tpu_idx_as_1d(b, tpu_op_tensor(b, op, 0)), dim, idx, src, NULL);
-  return tpu_idx_one(tpu_b_reshape(b, r, in.rank, in.dims), outs, nouts);
+  return tpu_idx_put_self_along(b, op, dim, idx, src, NULL, outs, nouts);
 }
 
 static tpu_status_t* tpu_lower_index_reduce(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs,

@@ -151,6 +151,18 @@ static bool tpu_mm_check_self_dtype(tpu_builder_t* b, const tpu_aval_t* self, co
 
 /* ------------------------------------------------------------ mm family */
 
+/* The product of args first and first + 1 over `nbatch` leading batch dims (the
+ * lhs's last dim with the rhs's first non-batch dim), as outs[0] in `dtype`; the
+ * add- forms (first > 0) take addmm's epilogue (self 0, beta 3, alpha 4). */
+static tpu_status_t* tpu_mm_product_out(tpu_builder_t* b, tpu_op_t* op, int first, int nbatch, tpu_dtype_t dtype,
+                                        tpu_val_t* outs, int* nouts) {
+  tpu_val_t p = tpu_mm_dot(b, tpu_op_tensor(b, op, first), tpu_op_tensor(b, op, first + 1), nbatch, nbatch + 1,
+                           nbatch);
+  outs[0] = first > 0 ? tpu_mm_epilogue(b, op, 0, 3, 4, p, dtype) : tpu_b_convert(b, p, dtype);
+  *nouts = 1;
+  return NULL;
+}
+
 /* mm(self, mat2) and addmm(self, mat1, mat2, beta, alpha): `first` is mat1's index. */
 static tpu_status_t* tpu_lower_mm_like(tpu_builder_t* b, tpu_op_t* op, int first, tpu_val_t* outs, int* nouts) {
   tpu_aval_t m1 = tpu_op_aval(op, first), m2 = tpu_op_aval(op, first + 1);
@@ -163,10 +175,7 @@ static tpu_status_t* tpu_lower_mm_like(tpu_builder_t* b, tpu_op_t* op, int first
     if (!tpu_mm_check_self_dtype(b, &self, &m2)) return NULL;
   }
   if (!tpu_mm_check_mats(b, &m1, &m2)) return NULL;
-  tpu_val_t p = tpu_mm_dot(b, tpu_op_tensor(b, op, first), tpu_op_tensor(b, op, first + 1), 0, 1, 0);
-  outs[0] = add ? tpu_mm_epilogue(b, op, 0, 3, 4, p, m1.dtype) : tpu_b_convert(b, p, m1.dtype);
-  *nouts = 1;
-  return NULL;
+  return tpu_mm_product_out(b, op, first, 0, m1.dtype, outs, nouts);
 }
 
 static tpu_status_t* tpu_lower_mm(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
@@ -190,10 +199,7 @@ static tpu_status_t* tpu_lower_bmm_like(tpu_builder_t* b, tpu_op_t* op, int firs
                tpu_mm_cpp_name(self.dtype), tpu_mm_cpp_name(b1.dtype), tpu_mm_cpp_name(b2.dtype));
     return NULL;
   }
-  tpu_val_t p = tpu_mm_dot(b, tpu_op_tensor(b, op, first), tpu_op_tensor(b, op, first + 1), 1, 2, 1);
-  outs[0] = add ? tpu_mm_epilogue(b, op, 0, 3, 4, p, b1.dtype) : tpu_b_convert(b, p, b1.dtype);
-  *nouts = 1;
-  return NULL;
+  return tpu_mm_product_out(b, op, first, 1, b1.dtype, outs, nouts);
 }
 
 static tpu_status_t* tpu_lower_bmm(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
@@ -255,10 +261,7 @@ static tpu_status_t* tpu_lower_addmv(tpu_builder_t* b, tpu_op_t* op, int max_out
     return NULL;
   }
   if (!tpu_mm_dtype_ok(b, "addmv_impl_cpu", mat.dtype)) return NULL;
-  tpu_val_t p = tpu_mm_dot(b, tpu_op_tensor(b, op, 1), tpu_op_tensor(b, op, 2), 0, 1, 0);
-  outs[0] = tpu_mm_epilogue(b, op, 0, 3, 4, p, mat.dtype);
-  *nouts = 1;
-  return NULL;
+  return tpu_mm_product_out(b, op, 1, 0, mat.dtype, outs, nouts);
 }
 
 /* dot(self, other) and vdot (equal to dot for real inputs). */

@@ -178,6 +178,28 @@ static tpu_dtype_t tpu_norm_param_dtype(const tpu_op_t* op, int w, tpu_dtype_t d
   return tpu_op_kind(op, w) == TPU_ARG_TENSOR ? tpu_op_aval(op, w).dtype : dflt;
 }
 
+/* A norm backward's inputs in L's layout: grad_out (arg 0), input (arg 1), and the
+ * saved statistics mean / rstd (args `mean_i` / `rstd_i`, kept shape). */
+static void tpu_norm_backward_in(tpu_builder_t* b, tpu_op_t* op, const tpu_norm_t* L, int mean_i, int rstd_i,
+                                 tpu_val_t* dy4, tpu_val_t* x4, tpu_val_t* mean, tpu_val_t* rstd) {
+  *dy4 = tpu_norm_x4(b, tpu_op_tensor(b, op, 0), L);
+  *x4 = tpu_norm_x4(b, tpu_op_tensor(b, op, 1), L);
+  *mean = tpu_norm_stat_in(b, tpu_op_tensor(b, op, mean_i), L);
+  *rstd = tpu_norm_stat_in(b, tpu_op_tensor(b, op, rstd_i), L);
+}
+
+/* A norm backward's (grad_input, grad_weight, grad_bias) under the output_mask at
+ * arg `mask`: dx in x's shape and dtype; the parameter grads shaped `prank`/`pdims`
+ * in `wd` / `bd`. */
+static void tpu_norm_backward_outs(tpu_builder_t* b, const tpu_op_t* op, int mask, const tpu_aval_t* x,
+                                   tpu_val_t dy4, tpu_val_t xhat, tpu_val_t dx, tpu_dtype_t wd, tpu_dtype_t bd,
+                                   int prank, const int64_t* pdims, tpu_val_t* outs) {
+  outs[0] = tpu_nn_mask(op, mask, 0) ? tpu_b_convert(b, tpu_b_reshape(b, dx, x->rank, x->dims), x->dtype)
+                                     : tpu_nn_zeros(b, x->dtype, x->rank, x->dims);
+  outs[1] = tpu_norm_param_grad(b, tpu_nn_mul(b, dy4, xhat), tpu_nn_mask(op, mask, 1), wd, prank, pdims);
+  outs[2] = tpu_norm_param_grad(b, dy4, tpu_nn_mask(op, mask, 2), bd, prank, pdims);
+}
+
 /* Checks that optional tensor arg i has exactly `numel` elements. */
 static bool tpu_norm_check_numel(tpu_builder_t* b, const tpu_op_t* op, int i, int64_t numel, const char* what) {
   if (tpu_op_kind(op, i) != TPU_ARG_TENSOR) return true;
@@ -269,20 +291,13 @@ static tpu_status_t* tpu_lower_native_layer_norm_backward(tpu_builder_t* b, tpu_
   tpu_norm_t L;
   int axis;
   if (!tpu_ln_layout(b, op, &x, 2, 5, 6, &L, &axis)) return NULL;
-  tpu_val_t dy4 = tpu_norm_x4(b, tpu_op_tensor(b, op, 0), &L);
-  tpu_val_t x4 = tpu_norm_x4(b, tpu_op_tensor(b, op, 1), &L);
-  tpu_val_t mean = tpu_norm_stat_in(b, tpu_op_tensor(b, op, 3), &L);
-  tpu_val_t rstd = tpu_norm_stat_in(b, tpu_op_tensor(b, op, 4), &L);
+  tpu_val_t dy4, x4, mean, rstd;
+  tpu_norm_backward_in(b, op, &L, 3, 4, &dy4, &x4, &mean, &rstd);
   tpu_val_t w4 = tpu_norm_param(b, op, 5, &L);
   tpu_val_t xhat = tpu_norm_apply(b, x4, mean, rstd, TPU_NOVAL, TPU_NOVAL, &L);
   tpu_val_t dx = tpu_norm_dx(b, dy4, xhat, w4, rstd, &L, true);
-  outs[0] = tpu_nn_mask(op, 7, 0) ? tpu_b_convert(b, tpu_b_reshape(b, dx, x.rank, x.dims), x.dtype)
-                                  : tpu_nn_zeros(b, x.dtype, x.rank, x.dims);
-  int n = x.rank - axis;
-  const int64_t* ns = x.dims + axis;
-  outs[1] = tpu_norm_param_grad(b, tpu_nn_mul(b, dy4, xhat), tpu_nn_mask(op, 7, 1),
-                                tpu_norm_param_dtype(op, 5, x.dtype), n, ns);
-  outs[2] = tpu_norm_param_grad(b, dy4, tpu_nn_mask(op, 7, 2), tpu_norm_param_dtype(op, 6, x.dtype), n, ns);
+  tpu_norm_backward_outs(b, op, 7, &x, dy4, xhat, dx, tpu_norm_param_dtype(op, 5, x.dtype),
+                         tpu_norm_param_dtype(op, 6, x.dtype), x.rank - axis, x.dims + axis, outs);
   *nouts = 3;
   return NULL;
 }
@@ -350,18 +365,13 @@ static tpu_status_t* tpu_lower_native_group_norm_backward(tpu_builder_t* b, tpu_
   tpu_aval_t x = tpu_op_aval(op, 1);
   tpu_norm_t L;
   if (!tpu_gn_layout(b, op, &x, 5, 4, &L)) return NULL;
-  tpu_val_t dy4 = tpu_norm_x4(b, tpu_op_tensor(b, op, 0), &L);
-  tpu_val_t x4 = tpu_norm_x4(b, tpu_op_tensor(b, op, 1), &L);
-  tpu_val_t mean = tpu_norm_stat_in(b, tpu_op_tensor(b, op, 2), &L);
-  tpu_val_t rstd = tpu_norm_stat_in(b, tpu_op_tensor(b, op, 3), &L);
+  tpu_val_t dy4, x4, mean, rstd;
+  tpu_norm_backward_in(b, op, &L, 2, 3, &dy4, &x4, &mean, &rstd);
   tpu_val_t xhat = tpu_norm_apply(b, x4, mean, rstd, TPU_NOVAL, TPU_NOVAL, &L);
   tpu_val_t dx = tpu_norm_dx(b, dy4, xhat, tpu_norm_param(b, op, 4, &L), rstd, &L, true);
-  outs[0] = tpu_nn_mask(op, 9, 0) ? tpu_b_convert(b, tpu_b_reshape(b, dx, x.rank, x.dims), x.dtype)
-                                  : tpu_nn_zeros(b, x.dtype, x.rank, x.dims);
   int64_t c = L.dims[1] * L.dims[2];
   tpu_dtype_t pd = tpu_norm_param_dtype(op, 4, x.dtype);
-  outs[1] = tpu_norm_param_grad(b, tpu_nn_mul(b, dy4, xhat), tpu_nn_mask(op, 9, 1), pd, 1, &c);
-  outs[2] = tpu_norm_param_grad(b, dy4, tpu_nn_mask(op, 9, 2), pd, 1, &c);
+  tpu_norm_backward_outs(b, op, 9, &x, dy4, xhat, dx, pd, pd, 1, &c, outs);
   *nouts = 3;
   return NULL;
 }
@@ -502,19 +512,14 @@ static tpu_status_t* tpu_lower_batch_norm_backward(tpu_builder_t* b, tpu_op_t* o
                train ? "save_mean and save_invstd" : "running_mean and running_var");
     return NULL;
   }
-  tpu_val_t dy4 = tpu_norm_x4(b, tpu_op_tensor(b, op, 0), &L);
-  tpu_val_t x4 = tpu_norm_x4(b, tpu_op_tensor(b, op, 1), &L);
-  tpu_val_t mean = tpu_norm_stat_in(b, tpu_op_tensor(b, op, ms), &L);
-  tpu_val_t rstd = tpu_norm_stat_in(b, tpu_op_tensor(b, op, rs), &L);
+  tpu_val_t dy4, x4, mean, rstd;
+  tpu_norm_backward_in(b, op, &L, ms, rs, &dy4, &x4, &mean, &rstd);
   if (!train) rstd = tpu_norm_rstd(b, rstd, tpu_op_float(op, 8, 1e-5));
   tpu_val_t xhat = tpu_norm_apply(b, x4, mean, rstd, TPU_NOVAL, TPU_NOVAL, &L);
   tpu_val_t dx = tpu_norm_dx(b, dy4, xhat, tpu_norm_param(b, op, 2, &L), rstd, &L, train);
-  outs[0] = tpu_nn_mask(op, 9, 0) ? tpu_b_convert(b, tpu_b_reshape(b, dx, x.rank, x.dims), x.dtype)
-                                  : tpu_nn_zeros(b, x.dtype, x.rank, x.dims);
   int64_t c = x.dims[1];
   tpu_dtype_t pd = tpu_norm_param_dtype(op, 2, x.dtype);
-  outs[1] = tpu_norm_param_grad(b, tpu_nn_mul(b, dy4, xhat), tpu_nn_mask(op, 9, 1), pd, 1, &c);
-  outs[2] = tpu_norm_param_grad(b, dy4, tpu_nn_mask(op, 9, 2), pd, 1, &c);
+  tpu_norm_backward_outs(b, op, 9, &x, dy4, xhat, dx, pd, pd, 1, &c, outs);
   *nouts = 3;
   return NULL;
 }

@@ -314,14 +314,22 @@ static void tpu_nll_build(tpu_builder_t* b, tpu_op_t* op, int self, int ign, tpu
   }
 }
 
+/* The nll_loss forward/backward prologue for self at `self` (target, weight?,
+ * reduction, ignore_index follow it): checks, the reduction in *red, and n built. */
+static bool tpu_nll_begin(tpu_builder_t* b, tpu_op_t* op, int self, tpu_nll_t* n, int64_t* red) {
+  if (!tpu_nll_check(b, op, self, n)) return false;
+  *red = tpu_op_int(op, self + 3, TPU_NN_REDUCTION_MEAN);
+  if (!tpu_loss_check_reduction(b, *red)) return false;
+  tpu_nll_build(b, op, self, self + 4, n);
+  return true;
+}
+
 /* nll_loss{,2d}_forward(self, target, weight?, reduction, ignore_index) -> (output, total_weight) */
 TPU_NN_LOWERING(nll_loss_forward) {
   (void)max_outs;
   tpu_nll_t n;
-  if (!tpu_nll_check(b, op, 0, &n)) return NULL;
-  int64_t red = tpu_op_int(op, 3, TPU_NN_REDUCTION_MEAN);
-  if (!tpu_loss_check_reduction(b, red)) return NULL;
-  tpu_nll_build(b, op, 0, 4, &n);
+  int64_t red;
+  if (!tpu_nll_begin(b, op, 0, &n, &red)) return NULL;
   tpu_val_t x = tpu_b_convert(b, tpu_op_tensor(b, op, 0), n.ct);
   int64_t cdim = n.cd;
   tpu_val_t picked = tpu_nn_sum(b, tpu_b_select(b, n.onehot, x, tpu_ops_like(b, x, 0)), 1, &cdim);
@@ -346,10 +354,8 @@ TPU_NN_LOWERING(nll_loss_forward) {
 TPU_NN_LOWERING(nll_loss_backward) {
   (void)max_outs;
   tpu_nll_t n;
-  if (!tpu_nll_check(b, op, 1, &n)) return NULL;
-  int64_t red = tpu_op_int(op, 4, TPU_NN_REDUCTION_MEAN);
-  if (!tpu_loss_check_reduction(b, red)) return NULL;
-  tpu_nll_build(b, op, 1, 5, &n);
+  int64_t red;
+  if (!tpu_nll_begin(b, op, 1, &n, &red)) return NULL;
   tpu_val_t g = tpu_b_convert(b, tpu_op_tensor(b, op, 0), n.ct);
   if (red == TPU_NN_REDUCTION_NONE) {
     tpu_aval_t ga = *tpu_b_aval(b, g);

@@ -304,16 +304,33 @@ static tpu_val_t tpu_pool_bcast_planes(tpu_builder_t* b, const tpu_pool_t* g, tp
   return tpu_b_broadcast_in_dim(b, v, g->nsp + 1, dims, bd);
 }
 
+/* Argument 0 (self or grad_output) converted to `ct`, as planes of spatial shape `sp`. */
+static tpu_val_t tpu_pool_arg0_planes(tpu_builder_t* b, tpu_op_t* op, const tpu_pool_t* g, tpu_dtype_t ct,
+                                      const int64_t* sp) {
+  return tpu_pool_planes(b, g, tpu_b_convert(b, tpu_op_tensor(b, op, 0), ct), sp);
+}
+
+/* Planes `v` of the output's spatial shape divided by the per-window `div` ([*out]). */
+static tpu_val_t tpu_pool_div_planes(tpu_builder_t* b, const tpu_pool_t* g, tpu_val_t v, tpu_val_t div) {
+  return tpu_nn_div(b, v, tpu_pool_bcast_planes(b, g, div, g->out));
+}
+
+/* avg_pool's geometry for self at `self` (kernel_size, stride, padding, ceil_mode,
+ * count_include_pad, divisor_override? follow it), with the divisor checked. */
+static bool tpu_avg_geom(tpu_builder_t* b, const tpu_op_t* op, int self, tpu_pool_t* g) {
+  return tpu_pool_geom(b, op, self, self + 1, -1, self + 4, g) && tpu_avg_check_divisor(b, op, self + 6);
+}
+
 /* avg_pool{2,3}d(self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override?) */
 TPU_NN_LOWERING(avg_pool) {
   (void)max_outs;
   tpu_pool_t g;
-  if (!tpu_pool_geom(b, op, 0, 1, -1, 4, &g) || !tpu_avg_check_divisor(b, op, 6)) return NULL;
+  if (!tpu_avg_geom(b, op, 0, &g)) return NULL;
   tpu_dtype_t ct = tpu_dtype_opmath(g.x.dtype);
-  tpu_val_t x = tpu_pool_planes(b, &g, tpu_b_convert(b, tpu_op_tensor(b, op, 0), ct), g.in);
+  tpu_val_t x = tpu_pool_arg0_planes(b, op, &g, ct, g.in);
   tpu_val_t sum = tpu_pool_sum(b, &g, tpu_pool_pad(b, &g, x, 1, tpu_b_const(b, ct, 0)), 1, g.k, g.s);
-  tpu_val_t div = tpu_pool_bcast_planes(b, &g, tpu_avg_divisor(b, op, &g, 5, 6, ct), g.out);
-  outs[0] = tpu_b_convert(b, tpu_pool_unplane(b, &g, tpu_nn_div(b, sum, div), g.out), g.x.dtype);
+  tpu_val_t avg = tpu_pool_div_planes(b, &g, sum, tpu_avg_divisor(b, op, &g, 5, 6, ct));
+  outs[0] = tpu_b_convert(b, tpu_pool_unplane(b, &g, avg, g.out), g.x.dtype);
   *nouts = 1;
   return NULL;
 }
@@ -324,10 +341,10 @@ TPU_NN_LOWERING(avg_pool) {
 TPU_NN_LOWERING(avg_pool_backward) {
   (void)max_outs;
   tpu_pool_t g;
-  if (!tpu_pool_geom(b, op, 1, 2, -1, 5, &g) || !tpu_avg_check_divisor(b, op, 7)) return NULL;
+  if (!tpu_avg_geom(b, op, 1, &g)) return NULL;
   tpu_dtype_t ct = tpu_dtype_opmath(g.x.dtype);
-  tpu_val_t go = tpu_pool_planes(b, &g, tpu_b_convert(b, tpu_op_tensor(b, op, 0), ct), g.out);
-  go = tpu_nn_div(b, go, tpu_pool_bcast_planes(b, &g, tpu_avg_divisor(b, op, &g, 6, 7, ct), g.out));
+  tpu_val_t go = tpu_pool_arg0_planes(b, op, &g, ct, g.out);
+  go = tpu_pool_div_planes(b, &g, go, tpu_avg_divisor(b, op, &g, 6, 7, ct));
   int64_t lo[TPU_MAX_RANK] = {0}, hi[TPU_MAX_RANK] = {0}, inner[TPU_MAX_RANK] = {0}, ones[TPU_POOL_MAX_SP];
   for (int i = 0; i < g.nsp; ++i) {
     lo[i + 1] = hi[i + 1] = g.k[i] - 1;
@@ -431,7 +448,7 @@ TPU_NN_LOWERING(adaptive_avg_pool) {
   tpu_pool_t g;
   if (!tpu_adaptive_geom(b, op, 0, 1, &g)) return NULL;
   tpu_dtype_t ct = tpu_dtype_opmath(g.x.dtype);
-  tpu_val_t x = tpu_pool_planes(b, &g, tpu_b_convert(b, tpu_op_tensor(b, op, 0), ct), g.in);
+  tpu_val_t x = tpu_pool_arg0_planes(b, op, &g, ct, g.in);
   tpu_val_t y;
   if (tpu_adaptive_uniform(&g)) {
     int64_t k[TPU_POOL_MAX_SP];
@@ -440,7 +457,7 @@ TPU_NN_LOWERING(adaptive_avg_pool) {
     y = tpu_nn_mulc(b, tpu_pool_sum(b, &g, x, 1, k, k), 1.0 / n);
   } else {
     y = tpu_adaptive_contract(b, &g, x, ct, false);
-    y = tpu_nn_div(b, y, tpu_pool_bcast_planes(b, &g, tpu_adaptive_count(b, &g, ct), g.out));
+    y = tpu_pool_div_planes(b, &g, y, tpu_adaptive_count(b, &g, ct));
   }
   outs[0] = tpu_b_convert(b, tpu_pool_unplane(b, &g, y, g.out), g.x.dtype);
   *nouts = 1;
@@ -459,8 +476,8 @@ TPU_NN_LOWERING(adaptive_avg_pool_backward) {
   }
   for (int i = 0; i < g.nsp; ++i) g.out[i] = ga.dims[ga.rank - g.nsp + i];
   tpu_dtype_t ct = tpu_dtype_opmath(g.x.dtype);
-  tpu_val_t go = tpu_pool_planes(b, &g, tpu_b_convert(b, tpu_op_tensor(b, op, 0), ct), g.out);
-  go = tpu_nn_div(b, go, tpu_pool_bcast_planes(b, &g, tpu_adaptive_count(b, &g, ct), g.out));
+  tpu_val_t go = tpu_pool_arg0_planes(b, op, &g, ct, g.out);
+  go = tpu_pool_div_planes(b, &g, go, tpu_adaptive_count(b, &g, ct));
   tpu_val_t gi = tpu_adaptive_contract(b, &g, go, ct, true);
   outs[0] = tpu_b_convert(b, tpu_b_reshape(b, gi, g.x.rank, g.x.dims), g.x.dtype);
   *nouts = 1;
