@@ -56,7 +56,8 @@ ctest: $(STAMP) $(CTEST_BIN)
 sanitize: $(STAMP)
 	$(MAKE) BUILD=build-san CFLAGS="$(CFLAGS_BASE) -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
 	  LDSAN="-fsanitize=address,undefined" build-san/rt_tests
-	ASAN_OPTIONS=detect_leaks=1 TORCHTPU_PJRT_PLUGIN=$(CPU_PLUGIN) build-san/rt_tests
+	ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/runtime/tests/lsan.supp \
+	  TORCHTPU_PJRT_PLUGIN=$(CPU_PLUGIN) build-san/rt_tests
 
 # ---- the C++ binding, built against the torch in the venv ----
 TORCH_FLAGS = $(shell $(VPY) -c "import torch, sysconfig; from torch.utils import cpp_extension as c; print(' '.join(['-I'+p for p in c.include_paths()] + ['-I'+sysconfig.get_paths()['include'], '-D_GLIBCXX_USE_CXX11_ABI=%d' % int(torch._C._GLIBCXX_USE_CXX11_ABI), '-DTORCH_EXTENSION_NAME=_C', '-DTORCH_API_INCLUDE_EXTENSION_H']))")
