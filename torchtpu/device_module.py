@@ -19,17 +19,23 @@ __all__ = [
     "current_device",
     "device",
     "device_count",
+    "get_amp_supported_dtype",
+    "get_autocast_dtype",
     "get_device_name",
     "get_device_properties",
     "get_rng_state",
     "get_rng_state_all",
     "initial_seed",
+    "is_autocast_enabled",
     "is_available",
+    "is_bf16_supported",
     "is_initialized",
     "manual_seed",
     "manual_seed_all",
     "seed",
     "seed_all",
+    "set_autocast_dtype",
+    "set_autocast_enabled",
     "set_device",
     "set_rng_state",
     "set_rng_state_all",
@@ -184,3 +190,32 @@ def get_rng_state_all() -> list:
 def set_rng_state_all(new_states) -> None:
     for st in new_states:
         set_rng_state(st)
+
+
+# ---- AMP: what torch.autocast("tpu") and torch.amp.GradScaler("tpu") look up ----
+# The cast policies live in the binding (csrc/autocast.cpp, AutocastPrivateUse1).
+
+
+def get_amp_supported_dtype() -> list:
+    """Lower-precision dtypes torch.autocast("tpu", dtype=...) accepts."""
+    return [torch.float16, torch.bfloat16]
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    return True
+
+
+def is_autocast_enabled() -> bool:
+    return torch.is_autocast_enabled("tpu")
+
+
+def set_autocast_enabled(enabled: bool) -> None:
+    torch.set_autocast_enabled("tpu", enabled)
+
+
+def get_autocast_dtype() -> torch.dtype:
+    return torch.get_autocast_dtype("tpu")
+
+
+def set_autocast_dtype(dtype: torch.dtype) -> None:
+    torch.set_autocast_dtype("tpu", dtype)
