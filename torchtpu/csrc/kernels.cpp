@@ -216,6 +216,17 @@ at::Tensor tpu_copy_from(const at::Tensor& self, const at::Tensor& dst, bool non
   return dst;
 }
 
+// A conj/neg-bit source would reach _copy_from through PyTorch's Conjugate/Negative
+// fallback, which materialises it with clone → copy_ → _copy_from again: endless
+// recursion. Resolve the bits with real ops first (conj_physical / neg).
+at::Tensor tpu_copy_from_resolving_bits(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  at::Tensor src = self;
+  if (src.is_conj()) src = at::conj_physical(src.conj());
+  if (src.is_neg()) src = at::neg(src._neg_view());
+  TORCH_CHECK(!dst.is_conj() && !dst.is_neg(), "tpu: copy into a conjugate or negative view is not supported");
+  return at::_copy_from(src, dst, non_blocking);
+}
+
 at::Tensor tpu_copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
   if (!dst.sizes().equals(self.sizes())) dst.resize_(self.sizes());
   return tpu_copy_from(self, dst, false);
@@ -269,5 +280,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_local_scalar_dense", TORCH_FN(tpu_local_scalar_dense));
   m.impl("native_batch_norm", TORCH_FN(tpu_native_batch_norm));
 }
+
+// Only tpu uses _copy_from (CPU copies never reach it), so these keys are safe to claim.
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) { m.impl("_copy_from", TORCH_FN(tpu_copy_from_resolving_bits)); }
+TORCH_LIBRARY_IMPL(aten, Negative, m) { m.impl("_copy_from", TORCH_FN(tpu_copy_from_resolving_bits)); }
 
 }  // namespace torchtpu
