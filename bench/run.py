@@ -43,8 +43,8 @@ PLAN = {
     "full": {"repeats": {"dispatch": 20, "matmul": 10, "mlp_train": 15, "gpt_train": 7,
                          "gpt_fwd": 10, "llama_decode": 7},
              "warmup": 2, "timeout_s": 1200},
-    "quick": {"repeats": {"dispatch": 7, "matmul": 5, "mlp_train": 7, "gpt_train": 5,
-                          "gpt_fwd": 5, "llama_decode": 5},
+    "quick": {"repeats": {"dispatch": 5, "matmul": 3, "mlp_train": 5, "gpt_train": 3,
+                          "gpt_fwd": 3, "llama_decode": 3},
               "warmup": 1, "timeout_s": 300,
               # Cold Inductor compiles (C++ kernels) take minutes on 2 cores: --quick keeps
               # Inductor's cache between its own runs, and says so in each row.

@@ -31,12 +31,13 @@ FULL = {
                      "vocab": 32000, "prompt": 16, "new_tokens": 64},
 }
 
-# --quick: only the GPT shapes shrink (documented in the report); everything else is
-# the full size, with fewer repeats.
+# --quick: the GPT shapes and the decode length shrink (documented in the report);
+# everything else is the full size, with fewer repeats.
 QUICK = {
     **FULL,
     "gpt_train": {**FULL["gpt_train"], "seq": 128, "batch": 4, "vocab": 8192},
     "gpt_fwd": {**FULL["gpt_fwd"], "seq": 128, "batch": 4, "vocab": 8192},
+    "llama_decode": {**FULL["llama_decode"], "new_tokens": 32},
 }
 
 WORKLOADS = list(FULL)
