@@ -61,8 +61,32 @@ def test_gather(dtype):
 def test_gather_grad_and_errors():
     x = torch.randn(3, 4)
     check_grad(lambda x: torch.gather(x, 1, torch.tensor([[0, 0], [1, 3], [2, 2]], device=x.device)), x)
-    with pytest.raises(RuntimeError, match="int64"):
-        torch.gather(tpu(x), 1, tpu(torch.zeros(3, 1, dtype=torch.int32)))
+    with pytest.raises(RuntimeError, match="int32/int64"):
+        torch.gather(tpu(x), 1, tpu(torch.zeros(3, 1, dtype=torch.int16)))
+
+
+def test_gather_scatter_int32_index():
+    # PyTorch accepts int32 indices for gather and the scatter family (OpInfo samples use them).
+    x = torch.randn(10, 5)
+    i = torch.randint(0, 10, (5, 5), dtype=torch.int32)
+    src = torch.randn(5, 5)
+    check(lambda x, i: torch.gather(x, 0, i), x, i)
+    check(lambda x, i, s: torch.scatter(x, 0, i, s), x, i, src)
+    check(lambda x, i, s: torch.scatter_add(x, 0, i, s), x, i, src)
+    check(lambda x, i, s: torch.scatter_reduce(x, 0, i, s, "amax"), x, i, src)
+    check(lambda x, i: torch.scatter(x, 0, i, 2.5), x, i)
+    # An empty index of any dtype passes the dtype check (OpInfo gather sample).
+    e = torch.tensor([], dtype=torch.uint8)
+    check(lambda x, i: torch.gather(x, 0, i), torch.randn(5), e)
+    check(lambda x, i: torch.gather(x, 0, i), torch.randn(5), torch.zeros(2, 0, dtype=torch.uint8))
+    check(lambda x, i, s: torch.scatter_add(x, 0, i, s), torch.randn(5), e, torch.randn(0))
+
+
+@pytest.mark.parametrize("alpha", [False, True])
+def test_index_add_bool_alpha(alpha):
+    x = torch.tensor([[True, False], [False, False], [True, True]])
+    src = torch.tensor([[True, True], [False, True]])
+    check(lambda x, i, s: x.index_add(0, i, s, alpha=alpha), x, torch.tensor([1, 2]), src)
 
 
 # --------------------------------------------------------------- scatters

@@ -218,6 +218,9 @@ def test_conv3d_grad():
     dict(stride=2, padding=1, output_padding=1),
     dict(stride=(2, 3), padding=(0, 2), dilation=(2, 1), groups=2, output_padding=(1, 0)),
     dict(stride=2, padding=3),  # padding larger than the dilated kernel edge: a crop
+    # output_padding >= stride (allowed below dilation): the forward conv of dy
+    # overshoots the input and grad_input must be cropped (OpInfo sample).
+    dict(stride=(3, 2), padding=(1, 2), output_padding=(2, 3), groups=2, dilation=(4, 4)),
 ])
 def test_conv_transpose2d_grad(kw):
     g = kw.get("groups", 1)
@@ -228,6 +231,9 @@ def test_conv_transpose2d_grad(kw):
 def test_conv_transpose1d_3d():
     check_grad(lambda x, w: F.conv_transpose1d(x, w, stride=2), torch.randn(2, 3, 7), torch.randn(3, 2, 3))
     check(lambda x, w: F.conv_transpose3d(x, w, stride=2, padding=1), torch.randn(1, 2, 3, 4, 3), torch.randn(2, 2, 3, 3, 3))
+    kw = dict(stride=(3, 2, 1), padding=(1, 2, 3), output_padding=(2, 3, 1), groups=2, dilation=(4, 4, 4))
+    check_grad(lambda x, w, b: F.conv_transpose3d(x, w, b, **kw), torch.randn(2, 2, 4, 4, 4),
+               torch.randn(2, 2, 4, 5, 6), torch.randn(4))
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

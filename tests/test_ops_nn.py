@@ -30,7 +30,7 @@ NN_OPS = {
     "max_pool3d_with_indices_backward", "avg_pool2d", "avg_pool3d", "avg_pool2d_backward", "avg_pool3d_backward",
     "_adaptive_avg_pool2d", "_adaptive_avg_pool3d", "_adaptive_avg_pool2d_backward",
     "_adaptive_avg_pool3d_backward", "adaptive_max_pool2d", "adaptive_max_pool3d",
-    "adaptive_max_pool2d_backward", "adaptive_max_pool3d_backward",
+    "adaptive_max_pool2d_backward", "adaptive_max_pool3d_backward", "max_unpool2d", "max_unpool3d",
 }
 
 REDUCTIONS = ["none", "mean", "sum"]
@@ -417,3 +417,24 @@ def test_multihead_attention(batch_first):
     out_t = mt(x.to("tpu"), x.to("tpu"), x.to("tpu"), attn_mask=mask.to("tpu"), need_weights=False)[0]
     assert_same(out_t, out_c, scale=3)
 
+
+
+# ------------------------------------------------------------------ max_unpool
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("nsp, shape", [(1, (2, 3, 8)), (2, (2, 3, 6, 8)), (2, (3, 6, 7)), (3, (1, 2, 4, 6, 4))])
+def test_max_unpool(dtype, nsp, shape):
+    pool = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}[nsp]
+    unpool = {1: F.max_unpool1d, 2: F.max_unpool2d, 3: F.max_unpool3d}[nsp]
+    x = torch.randn(shape).to(dtype)
+    y, i = pool(x, 2, stride=2, return_indices=True)
+    check(lambda y, i: unpool(y, i, 2, stride=2, output_size=x.shape[-nsp:]), y, i)
+    if dtype == torch.float32:
+        check_grad(lambda y: unpool(y, i.to(y.device), 2, stride=2, output_size=x.shape[-nsp:]), y)
+
+
+def test_max_unpool_errors():
+    y = torch.randn(1, 1, 2, 2, device="tpu")
+    with pytest.raises(RuntimeError, match="int64"):
+        F.max_unpool2d(y, torch.zeros(1, 1, 2, 2, dtype=torch.int32, device="tpu"), 2)

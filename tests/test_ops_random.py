@@ -374,6 +374,18 @@ def test_native_dropout_and_backward():
     torch.testing.assert_close(gb, g * m * (4 / 3))
 
 
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.bool, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("scale", [0.0, 2.0])
+def test_native_dropout_backward_dtypes(dtype, scale):
+    # CPU: grad * mask * scale with a float scale; integral/bool grads give float32.
+    g = torch.tensor([[3, 0, 1], [1, 2, 5]]).to(dtype)
+    m = torch.tensor([[True, False, True], [False, True, True]])
+    want = torch.ops.aten.native_dropout_backward(g, m, scale)
+    got = cpu(torch.ops.aten.native_dropout_backward(g.to("tpu"), m.to("tpu"), scale))
+    assert got.dtype == want.dtype
+    torch.testing.assert_close(got, want)
+
+
 def test_dropout_gradient_is_mask_times_scale():
     x = (torch.rand(10_000) + 1).to("tpu").requires_grad_()
     y = F.dropout(x, 0.4, training=True)

@@ -486,7 +486,45 @@ tpu_val_t tpu_b_convert(tpu_builder_t* b, tpu_val_t x, tpu_dtype_t dtype) {
   return tpu_b_op1(b, "stablehlo.convert", 1, &x, NULL, &a);
 }
 
+/* bitcast_convert rejects complex types: a complex value is its (real, imag) pair
+ * along a trailing dim of 2, which is exactly its memory layout. */
+static tpu_val_t tpu_b_complex_bitcast(tpu_builder_t* b, tpu_val_t x, const tpu_aval_t* out) {
+  const tpu_aval_t in = *tpu_b_aval(b, x);
+  bool to_real = tpu_dtype_is_complex(in.dtype);
+  const tpu_aval_t* c = to_real ? &in : out;   /* the complex side */
+  const tpu_aval_t* r = to_real ? out : &in;   /* the real side: c's dims + [2] */
+  tpu_dtype_t comp = c->dtype == TPU_C64 ? TPU_F32 : TPU_F64;
+  bool ok = r->dtype == comp && r->rank == c->rank + 1 && r->dims[r->rank - 1] == 2;
+  for (int i = 0; ok && i < c->rank; ++i) ok = r->dims[i] == c->dims[i];
+  if (!ok) {
+    TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "reinterpreting %s as %s", tpu_dtype_name(in.dtype), tpu_dtype_name(out->dtype));
+    return TPU_NOVAL;
+  }
+  tpu_aval_t part = *c;
+  part.dtype = comp;
+  if (to_real) {
+    tpu_aval_t col = *r;
+    col.dims[col.rank - 1] = 1;
+    tpu_val_t re = tpu_b_reshape(b, tpu_b_op1(b, "stablehlo.real", 1, &x, NULL, &part), col.rank, col.dims);
+    tpu_val_t im = tpu_b_reshape(b, tpu_b_op1(b, "stablehlo.imag", 1, &x, NULL, &part), col.rank, col.dims);
+    tpu_val_t pair[2] = {re, im};
+    return tpu_b_concat(b, 2, pair, col.rank - 1);
+  }
+  int64_t start[TPU_MAX_RANK + 1] = {0}, limit[TPU_MAX_RANK + 1];
+  for (int i = 0; i < r->rank; ++i) limit[i] = r->dims[i];
+  limit[r->rank - 1] = 1;
+  tpu_val_t re = tpu_b_reshape(b, tpu_b_slice(b, x, start, limit, NULL), part.rank, part.dims);
+  start[r->rank - 1] = 1;
+  limit[r->rank - 1] = 2;
+  tpu_val_t im = tpu_b_reshape(b, tpu_b_slice(b, x, start, limit, NULL), part.rank, part.dims);
+  tpu_val_t ins[2] = {re, im};
+  return tpu_b_op1(b, "stablehlo.complex", 2, ins, NULL, c);
+}
+
 tpu_val_t tpu_b_bitcast(tpu_builder_t* b, tpu_val_t x, const tpu_aval_t* out) {
+  if (!tpu_b_ok(b) || !tpu_b_valid(b, x)) return TPU_NOVAL;
+  if (tpu_dtype_is_complex(tpu_b_dtype(b, x)) != tpu_dtype_is_complex(out->dtype))
+    return tpu_b_complex_bitcast(b, x, out);
   return tpu_b_op1(b, "stablehlo.bitcast_convert", 1, &x, NULL, out);
 }
 

@@ -86,6 +86,8 @@ extern const tpu_lowering_t tpu_lowerings_amp[];
 extern const tpu_lowering_t tpu_lowerings_fft[];
 extern const tpu_lowering_t tpu_lowerings_special[];
 extern const tpu_lowering_t tpu_lowerings_linalg[];
+extern const tpu_lowering_t tpu_lowerings_lu[];
+extern const tpu_lowering_t tpu_lowerings_misc[];
 
 tpu_lower_fn_t tpu_lowering_find(const char* name);
 /* TPU_LOWER_* flags of an op (listed in ops/table.c). */

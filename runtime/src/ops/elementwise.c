@@ -78,13 +78,14 @@ enum {
   EW_CMP = 1u << 8,         /* binary: compare in the common dtype; result bool */
   EW_LOGICAL = 1u << 9,     /* binary: operands as bool; result bool */
   EW_SAME_DTYPE = 1u << 10, /* binary: tensor operands must share a dtype */
+  EW_COMPLEX = 1u << 11,    /* complex inputs are supported (others raise) */
 };
 #define EW_FLOAT_ONLY (EW_NO_INT | EW_NO_BOOL)
 
 /* PyTorch's dtype checks for a kernel that dispatches on dtype `t`. */
 static bool tpu_ew_check_dtype(tpu_builder_t* b, const char* name, unsigned flags, const char* kernel,
                                tpu_dtype_t t) {
-  if (tpu_dtype_is_complex(t)) {
+  if (tpu_dtype_is_complex(t) && !(flags & EW_COMPLEX)) {
     TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "%s: complex tensors are not supported on tpu", name);
     return false;
   }
@@ -187,8 +188,10 @@ static const char* tpu_ew_str(const tpu_op_t* op, int i, const char* dflt) {
 /* --------------------------------------------------------- math functions */
 /* Formula helpers take values already in the compute type. */
 
+/* |z| of a complex z is real (the builder types it). */
 static tpu_val_t ew_abs(tpu_builder_t* b, tpu_val_t x) {
-  return tpu_dtype_is_signed(tpu_b_dtype(b, x)) ? ew_un(b, "stablehlo.abs", x) : x;
+  tpu_dtype_t t = tpu_b_dtype(b, x);
+  return tpu_dtype_is_signed(t) || tpu_dtype_is_complex(t) ? ew_un(b, "stablehlo.abs", x) : x;
 }
 
 /* (x > 0) - (x < 0): sign(NaN) = 0 and sign(-0.0) = +0, like ATen's CPU kernel. */
@@ -472,8 +475,8 @@ typedef struct tpu_ew_map {
 
 /* X(name, hlo, fn, flags, kernel, x_arg) */
 #define TPU_EW_MAPS(X)                                                                          \
-  X("neg", "stablehlo.negate", NULL, EW_BOOL_MSG, TPU_EW_NEG_BOOL_MSG, 0)                      \
-  X("abs", NULL, map_abs, EW_NO_BOOL, "abs_cpu", 0)                                             \
+  X("neg", "stablehlo.negate", NULL, EW_BOOL_MSG | EW_COMPLEX, TPU_EW_NEG_BOOL_MSG, 0)                      \
+  X("abs", NULL, map_abs, EW_NO_BOOL | EW_COMPLEX, "abs_cpu", 0)                                             \
   X("sign", NULL, map_sign, 0, "sign_cpu", 0)                                                   \
   X("sgn", NULL, map_sign, 0, "sgn_cpu", 0)                                                     \
   X("exp", "stablehlo.exponential", NULL, EW_FLOAT, NULL, 0)                                    \
@@ -574,6 +577,8 @@ static tpu_status_t* tpu_ew_run_map(tpu_builder_t* b, tpu_op_t* op, const tpu_ew
   tpu_val_t x = tpu_ew_operand(b, op, xi, rt, ct, &shape);
   tpu_val_t g = nargs == 2 ? tpu_ew_operand(b, op, 0, rt, ct, &shape) : TPU_NOVAL;
   tpu_val_t y = d->hlo ? ew_un(b, d->hlo, x) : d->fn(b, op, x, g);
+  /* A real result of a complex input (abs) keeps its real dtype. */
+  if (tpu_dtype_is_complex(rt) && !tpu_dtype_is_complex(tpu_b_dtype(b, y))) return tpu_ew_result(y, outs, nouts);
   return tpu_ew_result(tpu_b_convert(b, y, rt), outs, nouts);
 }
 
@@ -722,7 +727,7 @@ typedef struct tpu_ew_binary {
 
 /* X(name, hlo, fn, flags, kernel) */
 #define TPU_EW_BINARIES(X)                                                           \
-  X("mul", NULL, bin_mul, 0, "mul_cpu")                                              \
+  X("mul", NULL, bin_mul, EW_COMPLEX, "mul_cpu")                                         \
   X("floor_divide", NULL, bin_div_floor, EW_NO_BOOL, "div_floor_cpu")                \
   X("remainder", NULL, bin_remainder, EW_NO_BOOL, "remainder_cpu")                   \
   X("fmod", "stablehlo.remainder", NULL, EW_NO_BOOL, "fmod_cpu")                     \
@@ -840,7 +845,7 @@ static tpu_status_t* tpu_ew_add_sub(tpu_builder_t* b, tpu_op_t* op, int xi, int 
                                     int* nouts) {
   int args[2] = {0, 1};
   tpu_dtype_t rt = tpu_ops_result_type(op, 2, args);
-  if (!tpu_ew_check_dtype(b, tpu_op_name(op), 0, NULL, rt)) return NULL;
+  if (!tpu_ew_check_dtype(b, tpu_op_name(op), EW_COMPLEX, NULL, rt)) return NULL;
   if (subtract && !tpu_ew_sub_check(b, op)) return NULL;
   if (!tpu_ew_alpha_check(b, op, 2, rt)) return NULL;
   tpu_aval_t shape;
@@ -872,7 +877,7 @@ static tpu_status_t* tpu_lower_rsub(tpu_builder_t* b, tpu_op_t* op, int max_outs
 /* div(self, other, rounding_mode=None|"trunc"|"floor") */
 static tpu_status_t* tpu_lower_div(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
   (void)max_outs;
-  static const tpu_ew_binary_t true_div = {"div", "stablehlo.divide", NULL, EW_FLOAT, "div_true_cpu"};
+  static const tpu_ew_binary_t true_div = {"div", "stablehlo.divide", NULL, EW_FLOAT | EW_COMPLEX, "div_true_cpu"};
   static const tpu_ew_binary_t trunc_div = {"div", NULL, bin_div_trunc, EW_NO_BOOL, "div_trunc_cpu"};
   static const tpu_ew_binary_t floor_div = {"div", NULL, bin_div_floor, EW_NO_BOOL, "div_floor_cpu"};
   const char* mode = tpu_ew_str(op, 2, NULL);

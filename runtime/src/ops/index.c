@@ -228,12 +228,21 @@ tpu_val_t tpu_idx_const_vec(tpu_builder_t* b, tpu_dtype_t dtype, int64_t n, cons
 
 /* ========================================================= argument checks */
 
-/* Tensor argument i as an index: int64 (or int32 when allowed), wrapped by size. */
-static bool tpu_idx_check_dtype(tpu_builder_t* b, const tpu_op_t* op, int i, bool allow_i32, const char* what) {
-  tpu_dtype_t t = tpu_op_aval(op, i).dtype;
-  if (tpu_op_kind(op, i) != TPU_ARG_TENSOR || !(t == TPU_I64 || (allow_i32 && t == TPU_I32))) {
-    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "%s(): Expected dtype %s for index", what,
-               allow_i32 ? "int32 or int64" : "int64");
+/* Which index dtypes an op accepts, and how PyTorch's message spells them. */
+typedef enum { TPU_IDX_I64, TPU_IDX_I32_OR_I64, TPU_IDX_I32_SLASH_I64 } tpu_idx_dtypes_t;
+
+/* Tensor argument i as an index: int64 (or int32 when allowed). PyTorch >= 2.x
+ * accepts int32 for index_select, gather and the scatter family. */
+static bool tpu_idx_check_dtype(tpu_builder_t* b, const tpu_op_t* op, int i, tpu_idx_dtypes_t allowed,
+                                const char* what) {
+  static const char* const names[] = {"int64", "int32 or int64", "int32/int64"};
+  tpu_aval_t a = tpu_op_aval(op, i);
+  tpu_dtype_t t = a.dtype;
+  bool is_tensor = tpu_op_kind(op, i) == TPU_ARG_TENSOR;
+  /* gather/scatter check the dtype of non-empty indices only (any empty index passes). */
+  if (is_tensor && allowed == TPU_IDX_I32_SLASH_I64 && tpu_aval_numel(&a) == 0) return true;
+  if (!is_tensor || !(t == TPU_I64 || (allowed != TPU_IDX_I64 && t == TPU_I32))) {
+    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "%s(): Expected dtype %s for index", what, names[allowed]);
     return false;
   }
   return true;
@@ -285,7 +294,7 @@ static tpu_status_t* tpu_lower_index_select(tpu_builder_t* b, tpu_op_t* op, int 
   (void)max_outs;
   tpu_aval_t in = tpu_op_aval(op, 0);
   int dim = tpu_ops_dim(b, tpu_op_int(op, 1, 0), in.rank);
-  if (!tpu_idx_check_dtype(b, op, 2, true, "index_select")) return NULL;
+  if (!tpu_idx_check_dtype(b, op, 2, TPU_IDX_I32_OR_I64, "index_select")) return NULL;
   tpu_val_t x = tpu_op_tensor(b, op, 0);
   if (in.rank == 0) { /* a scalar self: the result is self (index must be [0]) */
     return tpu_idx_one(x, outs, nouts);
@@ -298,7 +307,11 @@ static tpu_status_t* tpu_lower_gather(tpu_builder_t* b, tpu_op_t* op, int max_ou
   (void)max_outs;
   tpu_aval_t in = tpu_op_aval(op, 0), ia = tpu_op_aval(op, 2);
   int dim = tpu_ops_dim(b, tpu_op_int(op, 1, 0), in.rank);
-  if (!tpu_idx_check_dtype(b, op, 2, false, "gather")) return NULL;
+  if (!tpu_idx_check_dtype(b, op, 2, TPU_IDX_I32_SLASH_I64, "gather")) return NULL;
+  if (tpu_aval_numel(&ia) == 0) { /* PyTorch checks neither dtype nor shape of an empty index */
+    tpu_aval_t ra = tpu_aval_make(in.dtype, ia.rank, ia.dims);
+    return tpu_idx_one(tpu_b_full(b, &ra, 0.0), outs, nouts);
+  }
   if (ia.rank != in.rank && !(ia.rank <= 1 && in.rank <= 1)) {
     TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "Index tensor must have the same number of dimensions as input tensor");
     return NULL;
@@ -319,7 +332,7 @@ static tpu_status_t* tpu_lower_gather(tpu_builder_t* b, tpu_op_t* op, int max_ou
 static tpu_status_t* tpu_lower_take(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
   (void)max_outs;
   tpu_aval_t in = tpu_op_aval(op, 0), ia = tpu_op_aval(op, 1);
-  if (!tpu_idx_check_dtype(b, op, 1, false, "take")) return NULL;
+  if (!tpu_idx_check_dtype(b, op, 1, TPU_IDX_I64, "take")) return NULL;
   int64_t n = tpu_aval_numel(&in), k = tpu_aval_numel(&ia);
   tpu_val_t flat = tpu_b_reshape(b, tpu_op_tensor(b, op, 0), 1, &n);
   tpu_val_t idx = tpu_b_reshape(b, tpu_idx_wrap(b, tpu_op_tensor(b, op, 1), n), 1, &k);
@@ -331,7 +344,7 @@ static tpu_status_t* tpu_lower_take(tpu_builder_t* b, tpu_op_t* op, int max_outs
 static tpu_status_t* tpu_lower_put(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
   (void)max_outs;
   tpu_aval_t in = tpu_op_aval(op, 0), ia = tpu_op_aval(op, 1), sa = tpu_op_aval(op, 2);
-  if (!tpu_idx_check_dtype(b, op, 1, false, "put_")) return NULL;
+  if (!tpu_idx_check_dtype(b, op, 1, TPU_IDX_I64, "put_")) return NULL;
   int64_t n = tpu_aval_numel(&in), k = tpu_aval_numel(&ia);
   if (tpu_aval_numel(&sa) != k) {
     TPU_B_FAIL(b, TPU_INVALID_ARGUMENT,
@@ -389,9 +402,9 @@ static tpu_val_t tpu_idx_identity(tpu_builder_t* b, tpu_dtype_t t, int kind) {
   return tpu_b_const_i(b, t, hi ? hi_v : lo_v);
 }
 
-/* Shared checks of scatter-like ops: index int64, same rank, sizes within bounds. */
+/* Shared checks of scatter-like ops: index int32/int64, same rank, sizes within bounds. */
 static bool tpu_idx_scatter_checks(tpu_builder_t* b, const tpu_op_t* op, int dim, bool src_tensor, const char* what) {
-  if (!tpu_idx_check_dtype(b, op, 2, false, what)) return false;
+  if (!tpu_idx_check_dtype(b, op, 2, TPU_IDX_I32_SLASH_I64, what)) return false;
   tpu_aval_t in = tpu_op_aval(op, 0), ia = tpu_op_aval(op, 2);
   if (src_tensor && tpu_op_aval(op, 3).dtype != in.dtype) {
     TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "%s(): Expected self.dtype to be equal to src.dtype", what);
@@ -532,7 +545,7 @@ static tpu_val_t tpu_idx_along_args(tpu_builder_t* b, tpu_op_t* op, int* out_dim
   tpu_aval_t in = tpu_op_aval(op, 0);
   int dim = tpu_ops_dim(b, tpu_op_int(op, 1, 0), in.rank);
   *out_dim = dim;
-  if (!tpu_idx_check_dtype(b, op, 2, true, what)) return TPU_NOVAL;
+  if (!tpu_idx_check_dtype(b, op, 2, TPU_IDX_I32_OR_I64, what)) return TPU_NOVAL;
   int64_t size = in.rank ? in.dims[dim] : 1;
   return tpu_idx_vector_arg(b, op, 2, size, what);
 }
@@ -575,8 +588,9 @@ static tpu_status_t* tpu_lower_index_add(tpu_builder_t* b, tpu_op_t* op, int max
   if (tpu_ops_has_value(op, 4)) {
     tpu_val_t alpha = tpu_op_scalar(b, op, 4, in.dtype);
     const tpu_aval_t* a = tpu_b_aval(b, src);
-    if (tpu_b_ok(b) && in.dtype != TPU_BOOL)
-      src = tpu_b_binary(b, "stablehlo.multiply", src, tpu_b_broadcast_in_dim(b, alpha, a->rank, a->dims, NULL));
+    /* bool: alpha*source is a logical and (alpha=False adds nothing), as on CPU. */
+    const char* mul = in.dtype == TPU_BOOL ? "stablehlo.and" : "stablehlo.multiply";
+    if (tpu_b_ok(b)) src = tpu_b_binary(b, mul, src, tpu_b_broadcast_in_dim(b, alpha, a->rank, a->dims, NULL));
   }
   return tpu_idx_put_self_along(b, op, dim, idx, src, "stablehlo.add", outs, nouts);
 }

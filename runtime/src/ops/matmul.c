@@ -655,7 +655,12 @@ static tpu_status_t* tpu_lower_conv_backward_at(tpu_builder_t* b, tpu_op_t* op, 
   if (mask[0]) {
     tpu_val_t w = tpu_op_tensor(b, op, 2);
     if (p.transposed) {
+      /* output_padding may reach past the last window (allowed up to
+       * max(stride, dilation) - 1), so the forward conv of dy can be larger
+       * than the input: crop it to the input's sizes. */
       gx = tpu_conv_forward(b, dy, w, &p);
+      int64_t lo[TPU_MAX_RANK] = {0};
+      if (tpu_b_ok(b)) gx = tpu_b_slice(b, gx, lo, xa.dims, NULL);
     } else {
       /* output_padding recovers the input sizes that the forward's floor lost. */
       tpu_conv_params_t q = p;

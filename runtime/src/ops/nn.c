@@ -573,5 +573,7 @@ const tpu_lowering_t tpu_lowerings_nn[] = {
     {"adaptive_max_pool3d", tpu_lower_adaptive_max_pool},
     {"adaptive_max_pool2d_backward", tpu_lower_adaptive_max_pool_backward},
     {"adaptive_max_pool3d_backward", tpu_lower_adaptive_max_pool_backward},
+    {"max_unpool2d", tpu_lower_max_unpool},
+    {"max_unpool3d", tpu_lower_max_unpool},
     {NULL, NULL},
 };

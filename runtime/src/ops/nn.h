@@ -54,5 +54,6 @@ TPU_NN_LOWERING(adaptive_avg_pool);
 TPU_NN_LOWERING(adaptive_avg_pool_backward);
 TPU_NN_LOWERING(adaptive_max_pool);
 TPU_NN_LOWERING(adaptive_max_pool_backward);
+TPU_NN_LOWERING(max_unpool);
 
 #endif

@@ -225,6 +225,23 @@ TPU_NN_LOWERING(max_pool_with_indices) {
   return NULL;
 }
 
+/* zeros[planes, plane] with zeros[p, idx[p, j]] (combined by `body`, NULL:
+ * replaced) = upd[p, j]; upd and idx hold planes * m elements in any shape.
+ * Out-of-range indices are dropped (stablehlo.scatter semantics). */
+static tpu_val_t tpu_pool_scatter_planes(tpu_builder_t* b, tpu_val_t upd, tpu_val_t idx, int64_t planes, int64_t m,
+                                         int64_t plane, const char* body) {
+  int64_t pm[2] = {planes, m}, pm1[3] = {planes, m, 1}, pl[2] = {planes, plane};
+  upd = tpu_b_reshape(b, upd, 2, pm);
+  idx = tpu_b_reshape(b, tpu_b_convert(b, idx, TPU_I64), 3, pm1);
+  tpu_aval_t pa = tpu_aval_make(TPU_I64, 3, pm1);
+  tpu_val_t pairs[2] = {tpu_b_iota(b, &pa, 0), idx};
+  tpu_val_t coords = tpu_b_concat(b, 2, pairs, 2);
+  tpu_aval_t za = tpu_aval_make(tpu_b_dtype(b, upd), 2, pl);
+  static const int64_t ins_dims[2] = {0, 1};
+  tpu_scatter_dims_t sd = {0, NULL, 2, ins_dims, 2, ins_dims, 2};
+  return tpu_b_scatter(b, tpu_b_full(b, &za, 0), coords, upd, &sd, body);
+}
+
 /* grad_input[plane, indices[plane, j]] += grad_output[plane, j], for the
  * max-pool family: (grad_output at `go`, self at `self`, indices at `ind`). */
 static tpu_status_t* tpu_pool_scatter_grad(tpu_builder_t* b, tpu_op_t* op, int go, int self, int ind, tpu_val_t* outs,
@@ -244,16 +261,8 @@ static tpu_status_t* tpu_pool_scatter_grad(tpu_builder_t* b, tpu_op_t* op, int g
     return NULL;
   }
   tpu_dtype_t ct = tpu_dtype_opmath(x.dtype);
-  int64_t pm[2] = {planes, m}, pm1[3] = {planes, m, 1}, pl[2] = {planes, plane};
-  tpu_val_t upd = tpu_b_reshape(b, tpu_b_convert(b, tpu_op_tensor(b, op, go), ct), 2, pm);
-  tpu_val_t idx = tpu_b_reshape(b, tpu_b_convert(b, tpu_op_tensor(b, op, ind), TPU_I64), 3, pm1);
-  tpu_aval_t pa = tpu_aval_make(TPU_I64, 3, pm1);
-  tpu_val_t pairs[2] = {tpu_b_iota(b, &pa, 0), idx};
-  tpu_val_t coords = tpu_b_concat(b, 2, pairs, 2);
-  tpu_aval_t za = tpu_aval_make(ct, 2, pl);
-  static const int64_t ins_dims[2] = {0, 1};
-  tpu_scatter_dims_t sd = {0, NULL, 2, ins_dims, 2, ins_dims, 2};
-  tpu_val_t gi = tpu_b_scatter(b, tpu_b_full(b, &za, 0), coords, upd, &sd, "stablehlo.add");
+  tpu_val_t gi = tpu_pool_scatter_planes(b, tpu_b_convert(b, tpu_op_tensor(b, op, go), ct), tpu_op_tensor(b, op, ind),
+                                         planes, m, plane, "stablehlo.add");
   outs[0] = tpu_b_convert(b, tpu_b_reshape(b, gi, x.rank, x.dims), x.dtype);
   *nouts = 1;
   return NULL;
@@ -568,4 +577,47 @@ TPU_NN_LOWERING(adaptive_max_pool) {
 TPU_NN_LOWERING(adaptive_max_pool_backward) {
   (void)max_outs;
   return tpu_pool_scatter_grad(b, op, 0, 1, 2, outs, nouts);
+}
+
+/* ---------------------------------------------------------------- max unpool */
+
+/* max_unpool2d(self, indices, output_size) and max_unpool3d(self, indices,
+ * output_size, stride, padding): zeros of [*lead, *output_size] with each plane's
+ * value put at its flat per-plane index (the inverse of max_pool's indices). */
+TPU_NN_LOWERING(max_unpool) {
+  (void)max_outs;
+  tpu_aval_t x = tpu_op_aval(op, 0), ia = tpu_op_aval(op, 1);
+  int nsp = tpu_pool_nsp(op), lead = x.rank - nsp;
+  const char* name = tpu_op_name(op);
+  int64_t osz[TPU_MAX_RANK];
+  int n = tpu_op_ints(op, 2, osz, TPU_MAX_RANK);
+  if (ia.dtype != TPU_I64) {
+    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "elements in indices should be type int64 but got: %s", tpu_dtype_name(ia.dtype));
+    return NULL;
+  }
+  if (n != nsp) {
+    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "There should be exactly %d elements (height, width) in output_size, but got %d elements.",
+               nsp, n);
+    return NULL;
+  }
+  if (lead != 1 && lead != 2) {
+    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "Input to %s should be a %dd or %dd Tensor, but got a tensor with %d dimensions.",
+               name, nsp + 1, nsp + 2, x.rank);
+    return NULL;
+  }
+  if (ia.rank != x.rank || memcmp(x.dims, ia.dims, sizeof(int64_t) * (size_t)x.rank) != 0) {
+    char s0[256], s1[256];
+    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "Expected shape of indices to be same as that of the input tensor (%s) but got indices tensor with shape: %s",
+               tpu_nn_fmt_shape(s0, sizeof(s0), x.rank, x.dims), tpu_nn_fmt_shape(s1, sizeof(s1), ia.rank, ia.dims));
+    return NULL;
+  }
+  int64_t planes = 1, m = 1, plane = 1, dims[TPU_MAX_RANK];
+  for (int i = 0; i < x.rank; ++i) *(i < lead ? &planes : &m) *= x.dims[i];
+  for (int i = 0; i < nsp; ++i) plane *= osz[i];
+  memcpy(dims, x.dims, sizeof(int64_t) * (size_t)lead);
+  memcpy(dims + lead, osz, sizeof(int64_t) * (size_t)nsp);
+  tpu_val_t y = tpu_pool_scatter_planes(b, tpu_op_tensor(b, op, 0), tpu_op_tensor(b, op, 1), planes, m, plane, NULL);
+  outs[0] = tpu_b_reshape(b, y, x.rank, dims);
+  *nouts = 1;
+  return NULL;
 }

@@ -749,6 +749,8 @@ static tpu_status_t* tpu_lower_native_dropout_backward(tpu_builder_t* b, tpu_op_
   (void)max_outs;
   int args[2] = {0, 1};
   tpu_dtype_t rt = tpu_ops_result_type(op, 2, args);
+  /* The float `scale` is a wrapped number: integral/bool grads promote to float32. */
+  if (!tpu_dtype_is_float(rt) && !tpu_dtype_is_complex(rt)) rt = TPU_F32;
   tpu_aval_t shape;
   if (!tpu_ops_broadcast_shape(b, op, 2, args, &shape)) return NULL;
   tpu_dtype_t ct = tpu_dtype_opmath(rt);

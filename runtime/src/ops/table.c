@@ -13,6 +13,7 @@ static const tpu_lowering_t* const tpu_families[] = {
     tpu_lowerings_creation, tpu_lowerings_elementwise, tpu_lowerings_reduce, tpu_lowerings_matmul,
     tpu_lowerings_nn,       tpu_lowerings_index,       tpu_lowerings_shape,  tpu_lowerings_random,
     tpu_lowerings_amp, tpu_lowerings_fft, tpu_lowerings_special, tpu_lowerings_linalg,
+    tpu_lowerings_lu, tpu_lowerings_misc,
 };
 
 static const tpu_lowering_t* tpu_table[TPU_TABLE_SLOTS];

@@ -1,0 +1,550 @@
+/* Lowerings: LU-based linear algebra (factor, solve, inverse, determinants).
+ *
+ * Everything rests on one partial-pivot LU factorisation (LAPACK getrf's
+ * algorithm, unblocked): a stablehlo.while over k in [0, n) whose body picks the
+ * row p >= k with the largest |A[p, k]|, swaps rows k and p, scales the column
+ * below the pivot and applies the rank-1 update to the trailing matrix. Shapes
+ * stay static: the "trailing" parts are selected with iota masks over the full
+ * (batch..., n, n) matrix, and row p (which differs per batch element) is read
+ * with a one-hot masked sum.
+ *
+ * The factorisation yields LU (L unit-lower below the diagonal, U on and above),
+ * ATen's 1-based int32 pivots, and the row permutation perm (P A = L U with
+ * (P A)[i] = A[perm[i]]). Solves apply P as a one-hot matrix product and then
+ * two stablehlo.triangular_solve calls.
+ *
+ * Like ATen (2.13), _linalg_det/_linalg_slogdet factor A^T when A is contiguous
+ * (_linalg_solve_ex always factors A): the LU/pivots they return are visible and
+ * autograd's formulas rely on that convention. */
+#include "common.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------ shape helpers */
+
+static tpu_aval_t tpu_lu_retype(const tpu_aval_t* a, tpu_dtype_t t) {
+  tpu_aval_t r = *a;
+  r.dtype = t;
+  return r;
+}
+
+/* a without its last `k` dims. */
+static tpu_aval_t tpu_lu_drop(const tpu_aval_t* a, int k) {
+  tpu_aval_t r = *a;
+  r.rank -= k;
+  return r;
+}
+
+static tpu_val_t tpu_lu_const_like(tpu_builder_t* b, const tpu_aval_t* a, double v) { return tpu_b_full(b, a, v); }
+
+/* A per-batch value (batch...) broadcast to `to` (batch..., more dims). */
+static tpu_val_t tpu_lu_bcast_batch(tpu_builder_t* b, tpu_val_t v, const tpu_aval_t* to) {
+  int64_t bd[TPU_MAX_RANK];
+  int r = tpu_b_rank(b, v);
+  for (int i = 0; i < r; i++) bd[i] = i;
+  return tpu_b_broadcast_in_dim(b, v, to->rank, to->dims, bd);
+}
+
+/* A vector (batch..., n) broadcast to the matrix `m` along its rows (as_row:
+ * v[j] fills column j) or along its columns (v[i] fills row i). */
+static tpu_val_t tpu_lu_bcast_vec(tpu_builder_t* b, tpu_val_t v, const tpu_aval_t* m, bool as_row) {
+  int64_t bd[TPU_MAX_RANK];
+  int r = m->rank;
+  for (int i = 0; i < r - 2; i++) bd[i] = i;
+  bd[r - 2] = as_row ? r - 1 : r - 2;
+  return tpu_b_broadcast_in_dim(b, v, r, m->dims, bd);
+}
+
+/* Swaps the last two dims. */
+static tpu_val_t tpu_lu_mT(tpu_builder_t* b, tpu_val_t x) {
+  int r = tpu_b_rank(b, x);
+  int64_t perm[TPU_MAX_RANK];
+  for (int i = 0; i < r; i++) perm[i] = i;
+  perm[r - 2] = r - 1;
+  perm[r - 1] = r - 2;
+  return tpu_b_transpose(b, x, perm);
+}
+
+/* The (same-for-every-batch) slice at index k (0-d i32) of dim `dim`, that dim
+ * dropped. */
+static tpu_val_t tpu_lu_take(tpu_builder_t* b, tpu_val_t x, int dim, tpu_val_t k) {
+  tpu_aval_t a = *tpu_b_aval(b, x);
+  tpu_val_t zero = tpu_b_const_i(b, TPU_I32, 0);
+  tpu_val_t starts[TPU_MAX_RANK];
+  int64_t sizes[TPU_MAX_RANK], out[TPU_MAX_RANK];
+  int o = 0;
+  for (int i = 0; i < a.rank; i++) {
+    starts[i] = i == dim ? k : zero;
+    sizes[i] = i == dim ? 1 : a.dims[i];
+    if (i != dim) out[o++] = a.dims[i];
+  }
+  return tpu_b_reshape(b, tpu_b_dynamic_slice(b, x, starts, sizes), o, out);
+}
+
+/* Sum over `dim` of x where mask, else 0: picks the one entry the one-hot
+ * mask selects (a per-batch index, which dynamic_slice cannot take). */
+static tpu_val_t tpu_lu_pick(tpu_builder_t* b, tpu_val_t mask, tpu_val_t x, int dim) {
+  tpu_aval_t a = *tpu_b_aval(b, x);
+  tpu_val_t z = tpu_lu_const_like(b, &a, 0);
+  int64_t d = dim;
+  return tpu_b_reduce(b, tpu_b_select(b, mask, x, z), tpu_b_const(b, a.dtype, 0), 1, &d, "stablehlo.add");
+}
+
+/* ------------------------------------------------------------- while loops */
+
+/* Body of a counted loop: gets the i32 counter k and the carried values (after
+ * k), writes the new carried values. */
+typedef void (*tpu_lu_body_fn)(tpu_builder_t* b, tpu_val_t k, const tpu_val_t* in, tpu_val_t* out);
+
+/* for k in [0, n): carry = body(k, carry). Writes the final carry to outs. */
+static void tpu_lu_loop(tpu_builder_t* b, int64_t n, int nc, const tpu_val_t* init, tpu_lu_body_fn body,
+                        tpu_val_t* outs) {
+  enum { MAXC = 4 };
+  for (int i = 0; i < nc; i++) outs[i] = TPU_NOVAL;
+  if (!tpu_b_ok(b)) return;
+  if (n == 0) { /* 0x0 matrices: the body (slicing index k) would not even type-check */
+    for (int i = 0; i < nc; i++) outs[i] = init[i];
+    return;
+  }
+  tpu_aval_t av[MAXC + 1];
+  tpu_val_t ins[MAXC + 1], args[MAXC + 1], next[MAXC + 1], res[MAXC + 1];
+  av[0] = tpu_aval_make(TPU_I32, 0, NULL);
+  ins[0] = tpu_b_const_i(b, TPU_I32, 0);
+  for (int i = 0; i < nc; i++) {
+    av[i + 1] = *tpu_b_aval(b, init[i]);
+    ins[i + 1] = init[i];
+  }
+  char* regions[2];
+  tpu_b_region_begin(b, nc + 1, av, args);
+  tpu_val_t go = tpu_b_compare(b, "LT", args[0], tpu_b_const_i(b, TPU_I32, n));
+  regions[0] = tpu_b_region_end(b, 1, &go);
+  tpu_b_region_begin(b, nc + 1, av, args);
+  next[0] = tpu_b_binary(b, "stablehlo.add", args[0], tpu_b_const_i(b, TPU_I32, 1));
+  body(b, args[0], args + 1, next + 1);
+  regions[1] = tpu_b_region_end(b, nc + 1, next);
+  if (!regions[0] || !regions[1]) {
+    free(regions[0]);
+    free(regions[1]);
+    if (tpu_b_ok(b)) TPU_B_FAIL(b, TPU_INTERNAL, "lu: while region failed");
+    return;
+  }
+  tpu_b_op(b, "stablehlo.while", nc + 1, ins, 2, regions, NULL, nc + 1, av, res);
+  for (int i = 0; i < nc; i++) outs[i] = res[i + 1];
+}
+
+/* v with entries k and p (per batch, i32 vector index `p` of shape batch...)
+ * exchanged, along dim `dim` (rows of a matrix, or the entries of a vector). */
+static tpu_val_t tpu_lu_swap(tpu_builder_t* b, tpu_val_t v, int dim, tpu_val_t k, tpu_val_t p) {
+  tpu_aval_t a = *tpu_b_aval(b, v);
+  tpu_aval_t ia = tpu_lu_retype(&a, TPU_I32);
+  tpu_val_t idx = tpu_b_iota(b, &ia, dim);
+  tpu_val_t is_k = tpu_b_compare(b, "EQ", idx, tpu_b_broadcast_in_dim(b, k, a.rank, a.dims, NULL));
+  tpu_val_t is_p = tpu_b_compare(b, "EQ", idx, tpu_lu_bcast_batch(b, p, &ia));
+  tpu_val_t at_k = tpu_lu_take(b, v, dim, k);
+  tpu_val_t at_p = tpu_lu_pick(b, is_p, v, dim);
+  /* The picked slices lack `dim`; put it back by broadcasting along it. */
+  int64_t bd[TPU_MAX_RANK];
+  for (int i = 0, o = 0; i < a.rank; i++)
+    if (i != dim) bd[o++] = i;
+  tpu_val_t wk = tpu_b_broadcast_in_dim(b, at_k, a.rank, a.dims, bd);
+  tpu_val_t wp = tpu_b_broadcast_in_dim(b, at_p, a.rank, a.dims, bd);
+  return tpu_b_select(b, is_k, wp, tpu_b_select(b, is_p, wk, v));
+}
+
+/* ---------------------------------------------------------- factorisation */
+
+/* Carry: A (batch..., n, n), pivots (batch..., n) i32 1-based, perm (batch..., n) i32. */
+static void tpu_lu_factor_step(tpu_builder_t* b, tpu_val_t k, const tpu_val_t* in, tpu_val_t* out) {
+  tpu_val_t A = in[0], piv = in[1], perm = in[2];
+  tpu_aval_t m = *tpu_b_aval(b, A);
+  int r = m.rank;
+  tpu_aval_t vec = tpu_lu_drop(&m, 1), ivec = tpu_lu_retype(&vec, TPU_I32), imat = tpu_lu_retype(&m, TPU_I32);
+  tpu_val_t vidx = tpu_b_iota(b, &ivec, r - 2);
+  tpu_val_t kv = tpu_b_broadcast_in_dim(b, k, ivec.rank, ivec.dims, NULL);
+
+  /* p = argmax over rows >= k of |A[:, k]| (first on ties, NaN wins, like idamax). */
+  tpu_val_t col = tpu_lu_take(b, A, r - 1, k);
+  tpu_val_t mag = tpu_b_select(b, tpu_b_compare(b, "GE", vidx, kv), tpu_b_unary(b, "stablehlo.abs", col),
+                               tpu_lu_const_like(b, &vec, -INFINITY));
+  tpu_val_t p64;
+  tpu_b_argreduce(b, mag, r - 2, true, NULL, &p64);
+  tpu_val_t p = tpu_b_convert(b, p64, TPU_I32);
+
+  tpu_val_t A1 = tpu_lu_swap(b, A, r - 2, k, p);
+  out[2] = tpu_lu_swap(b, perm, r - 2, k, p);
+  tpu_val_t p1 = tpu_b_binary(b, "stablehlo.add", p, tpu_lu_const_like(b, tpu_b_aval(b, p), 1));
+  out[1] = tpu_b_select(b, tpu_b_compare(b, "EQ", vidx, kv), tpu_lu_bcast_batch(b, p1, &ivec), piv);
+
+  /* Multipliers l = A1[:, k] / pivot; LAPACK leaves the column unscaled when the
+   * pivot is 0 (then it is all zeros below anyway, and must not become NaN). */
+  tpu_val_t rowk = tpu_lu_take(b, A1, r - 2, k);
+  tpu_val_t pivot = tpu_lu_take(b, rowk, r - 2, k);
+  tpu_val_t colk = tpu_lu_take(b, A1, r - 1, k);
+  tpu_val_t pv = tpu_lu_bcast_batch(b, pivot, &vec);
+  tpu_val_t l = tpu_b_select(b, tpu_b_compare(b, "EQ", pv, tpu_lu_const_like(b, &vec, 0)), colk,
+                             tpu_b_binary(b, "stablehlo.divide", colk, pv));
+
+  tpu_val_t km = tpu_b_broadcast_in_dim(b, k, m.rank, m.dims, NULL);
+  tpu_val_t below = tpu_b_compare(b, "GT", tpu_b_iota(b, &imat, r - 2), km);
+  tpu_val_t ci = tpu_b_iota(b, &imat, r - 1);
+  tpu_val_t right = tpu_b_compare(b, "GT", ci, km);
+  tpu_val_t on_k = tpu_b_compare(b, "EQ", ci, km);
+  tpu_val_t lm = tpu_lu_bcast_vec(b, l, &m, false);
+  tpu_val_t upd = tpu_b_binary(b, "stablehlo.subtract", A1,
+                               tpu_b_binary(b, "stablehlo.multiply", lm, tpu_lu_bcast_vec(b, rowk, &m, true)));
+  tpu_val_t A2 = tpu_b_select(b, tpu_b_binary(b, "stablehlo.and", below, on_k), lm, A1);
+  out[0] = tpu_b_select(b, tpu_b_binary(b, "stablehlo.and", below, right), upd, A2);
+}
+
+typedef struct tpu_lu {
+  tpu_val_t LU, pivots, perm;
+} tpu_lu_t;
+
+/* LU factorisation of the square matrices A (batch..., n, n). */
+static tpu_lu_t tpu_lu_factor(tpu_builder_t* b, tpu_val_t A) {
+  tpu_lu_t f = {TPU_NOVAL, TPU_NOVAL, TPU_NOVAL};
+  if (!tpu_b_ok(b)) return f;
+  tpu_aval_t m = *tpu_b_aval(b, A);
+  tpu_aval_t ivec = tpu_lu_retype(&m, TPU_I32);
+  ivec.rank--;
+  tpu_val_t perm = tpu_b_iota(b, &ivec, ivec.rank - 1);
+  tpu_val_t init[3] = {A, tpu_b_full(b, &ivec, 0), perm}, res[3];
+  tpu_lu_loop(b, m.dims[m.rank - 1], 3, init, tpu_lu_factor_step, res);
+  f.LU = res[0];
+  f.pivots = res[1];
+  f.perm = res[2];
+  return f;
+}
+
+/* The diagonal (batch..., n) of square matrices x. */
+static tpu_val_t tpu_lu_diag(tpu_builder_t* b, tpu_val_t x) {
+  tpu_aval_t m = *tpu_b_aval(b, x), im = tpu_lu_retype(&m, TPU_I32);
+  tpu_val_t eye = tpu_b_compare(b, "EQ", tpu_b_iota(b, &im, m.rank - 2), tpu_b_iota(b, &im, m.rank - 1));
+  return tpu_lu_pick(b, eye, x, m.rank - 1);
+}
+
+/* getrf's info: the 1-based index of the first zero on U's diagonal, else 0. */
+static tpu_val_t tpu_lu_info(tpu_builder_t* b, tpu_val_t LU) {
+  tpu_val_t d = tpu_lu_diag(b, LU);
+  tpu_aval_t v = *tpu_b_aval(b, d), iv = tpu_lu_retype(&v, TPU_I32);
+  tpu_val_t one_based = tpu_b_binary(b, "stablehlo.add", tpu_b_iota(b, &iv, v.rank - 1), tpu_b_full(b, &iv, 1));
+  tpu_val_t cand = tpu_b_select(b, tpu_b_compare(b, "EQ", d, tpu_b_full(b, &v, 0)), one_based,
+                                tpu_b_full(b, &iv, INT32_MAX));
+  int64_t last = v.rank - 1;
+  tpu_val_t first = tpu_b_reduce(b, cand, tpu_b_const_i(b, TPU_I32, INT32_MAX), 1, &last, "stablehlo.minimum");
+  tpu_aval_t bv = tpu_lu_drop(&iv, 1);
+  return tpu_b_select(b, tpu_b_compare(b, "EQ", first, tpu_b_full(b, &bv, INT32_MAX)), tpu_b_full(b, &bv, 0), first);
+}
+
+/* (-1)^(number of row exchanges), per batch, of dtype t. */
+static tpu_val_t tpu_lu_perm_sign(tpu_builder_t* b, tpu_val_t pivots, tpu_dtype_t t) {
+  tpu_aval_t iv = *tpu_b_aval(b, pivots);
+  tpu_val_t one_based = tpu_b_binary(b, "stablehlo.add", tpu_b_iota(b, &iv, iv.rank - 1), tpu_b_full(b, &iv, 1));
+  tpu_val_t swapped = tpu_b_convert(b, tpu_b_compare(b, "NE", pivots, one_based), TPU_I32);
+  int64_t last = iv.rank - 1;
+  tpu_val_t count = tpu_b_reduce(b, swapped, tpu_b_const_i(b, TPU_I32, 0), 1, &last, "stablehlo.add");
+  tpu_aval_t bv = tpu_lu_drop(&iv, 1);
+  tpu_val_t odd = tpu_b_compare(b, "EQ", tpu_b_binary(b, "stablehlo.and", count, tpu_b_full(b, &bv, 1)),
+                                tpu_b_full(b, &bv, 1));
+  tpu_aval_t fv = tpu_lu_retype(&bv, t);
+  return tpu_b_select(b, odd, tpu_b_full(b, &fv, -1), tpu_b_full(b, &fv, 1));
+}
+
+/* Carry: perm (batch..., n) i32, pivots (batch..., n) i32 (unchanged). */
+static void tpu_lu_perm_step(tpu_builder_t* b, tpu_val_t k, const tpu_val_t* in, tpu_val_t* out) {
+  tpu_aval_t v = *tpu_b_aval(b, in[1]);
+  tpu_val_t pk = tpu_lu_take(b, in[1], v.rank - 1, k);
+  tpu_val_t p = tpu_b_binary(b, "stablehlo.subtract", pk, tpu_b_full(b, tpu_b_aval(b, pk), 1));
+  out[0] = tpu_lu_swap(b, in[0], v.rank - 1, k, p);
+  out[1] = in[1];
+}
+
+/* The row permutation that ATen's sequential 1-based pivots describe. */
+static tpu_val_t tpu_lu_perm_of_pivots(tpu_builder_t* b, tpu_val_t pivots) {
+  tpu_aval_t v = *tpu_b_aval(b, pivots);
+  tpu_val_t init[2] = {tpu_b_iota(b, &v, v.rank - 1), pivots}, res[2];
+  tpu_lu_loop(b, v.dims[v.rank - 1], 2, init, tpu_lu_perm_step, res);
+  return res[0];
+}
+
+/* ----------------------------------------------------------------- solves */
+
+/* The permutation matrix P (P[i, j] = perm[i] == j) of dtype t. */
+static tpu_val_t tpu_lu_perm_matrix(tpu_builder_t* b, tpu_val_t perm, tpu_dtype_t t) {
+  tpu_aval_t v = *tpu_b_aval(b, perm), m = v;
+  m.dims[m.rank++] = v.dims[v.rank - 1];
+  tpu_val_t pm = tpu_lu_bcast_vec(b, perm, &m, false);
+  tpu_val_t hit = tpu_b_compare(b, "EQ", pm, tpu_b_iota(b, &m, m.rank - 1));
+  return tpu_b_convert(b, hit, t);
+}
+
+/* P @ x (transpose_p: P^T @ x), batched over the leading dims. */
+static tpu_val_t tpu_lu_apply_perm(tpu_builder_t* b, tpu_val_t P, tpu_val_t x, bool transpose_p) {
+  int r = tpu_b_rank(b, x);
+  int64_t bd[TPU_MAX_RANK];
+  for (int i = 0; i < r - 2; i++) bd[i] = i;
+  int64_t pc = transpose_p ? r - 2 : r - 1, xc = r - 2;
+  return tpu_b_dot_general(b, P, x, r - 2, bd, bd, 1, &pc, &xc, tpu_b_dtype(b, x));
+}
+
+static tpu_val_t tpu_lu_trsm(tpu_builder_t* b, tpu_val_t a, tpu_val_t x, bool lower, bool unit, bool transpose) {
+  char attrs[192];
+  snprintf(attrs, sizeof(attrs),
+           "left_side = true, lower = %s, unit_diagonal = %s, transpose_a = #stablehlo<transpose %s>",
+           lower ? "true" : "false", unit ? "true" : "false", transpose ? "TRANSPOSE" : "NO_TRANSPOSE");
+  tpu_val_t ins[2] = {a, x};
+  return tpu_b_op1(b, "stablehlo.triangular_solve", 2, ins, attrs, tpu_b_aval(b, x));
+}
+
+/* linalg_lu_solve's semantics for M factored as P M = L U, batch dims of LU/perm
+ * and X equal: left: M X = X0 (adjoint: M^T X = X0); right: X M = X0 (X M^T). */
+static tpu_val_t tpu_lu_solve(tpu_builder_t* b, tpu_val_t LU, tpu_val_t perm, tpu_val_t X, bool left, bool adjoint) {
+  if (!left) /* X M = B  <=>  M^T X^T = B^T */
+    return tpu_lu_mT(b, tpu_lu_solve(b, LU, perm, tpu_lu_mT(b, X), true, !adjoint));
+  tpu_val_t P = tpu_lu_perm_matrix(b, perm, tpu_b_dtype(b, X));
+  if (!adjoint) { /* X = U^-1 L^-1 P B */
+    tpu_val_t y = tpu_lu_trsm(b, LU, tpu_lu_apply_perm(b, P, X, false), true, true, false);
+    return tpu_lu_trsm(b, LU, y, false, false, false);
+  }
+  /* M^T = U^T L^T P:  X = P^T L^-T U^-T B */
+  tpu_val_t y = tpu_lu_trsm(b, LU, X, false, false, true);
+  return tpu_lu_apply_perm(b, P, tpu_lu_trsm(b, LU, y, true, true, true), true);
+}
+
+/* --------------------------------------------------------------- checks */
+
+/* f32/f64 input of at least 2 dims with square trailing matrices; ATen's messages. */
+static bool tpu_lu_check(tpu_builder_t* b, const tpu_aval_t* a, const char* api) {
+  if (a->dtype != TPU_F32 && a->dtype != TPU_F64) {
+    if (a->dtype == TPU_C64 || a->dtype == TPU_C128)
+      TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "%s: complex inputs are not supported on tpu yet", api);
+    else if (a->dtype == TPU_F16 || a->dtype == TPU_BF16)
+      TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "%s: Low precision dtypes not supported. Got %s", api,
+                 tpu_dtype_name(a->dtype));
+    else
+      TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "%s: Expected a floating point or complex tensor as input. Got %s", api,
+                 tpu_dtype_name(a->dtype));
+    return false;
+  }
+  if (a->rank < 2) {
+    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "%s: The input tensor A must have at least 2 dimensions.", api);
+    return false;
+  }
+  if (a->dims[a->rank - 1] != a->dims[a->rank - 2]) {
+    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "%s: A must be batches of square matrices, but they are %" PRId64 " by %" PRId64
+               " matrices", api, a->dims[a->rank - 2], a->dims[a->rank - 1]);
+    return false;
+  }
+  return true;
+}
+
+/* ATen factors A^T for contiguous real A in det/slogdet (see the top). */
+static bool tpu_lu_use_transpose(const tpu_op_t* op, int i) {
+  const tpu_arg_t* a = tpu_op_arg(op, i);
+  return a && a->kind == TPU_ARG_TENSOR && tpu_tensor_is_contiguous(&a->u.tensor);
+}
+
+/* ------------------------------------------------------------- lowerings */
+
+/* linalg_lu_factor_ex(A, *, pivot=True, check_errors=False) -> (LU, pivots, info) */
+static tpu_status_t* tpu_lower_linalg_lu_factor_ex(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs,
+                                                   int* nouts) {
+  (void)max_outs;
+  tpu_aval_t a = tpu_op_aval(op, 0);
+  if (!tpu_lu_check(b, &a, "torch.linalg.lu_factor_ex")) return NULL;
+  if (!tpu_op_bool(op, 1, true))
+    return TPU_STATUS(TPU_UNIMPLEMENTED, "linalg.lu_factor: LU without pivoting is not implemented on tpu");
+  tpu_lu_t f = tpu_lu_factor(b, tpu_op_tensor(b, op, 0));
+  outs[0] = f.LU;
+  outs[1] = f.pivots;
+  outs[2] = tpu_lu_info(b, f.LU);
+  *nouts = 3;
+  return NULL;
+}
+
+/* linalg_inv_ex(A, *, check_errors=False) -> (inverse, info) */
+static tpu_status_t* tpu_lower_linalg_inv_ex(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs,
+                                             int* nouts) {
+  (void)max_outs;
+  tpu_aval_t a = tpu_op_aval(op, 0);
+  if (!tpu_lu_check(b, &a, "linalg.inv")) return NULL;
+  tpu_val_t A = tpu_op_tensor(b, op, 0);
+  tpu_aval_t im = tpu_lu_retype(&a, TPU_I32);
+  tpu_val_t eye = tpu_b_convert(
+      b, tpu_b_compare(b, "EQ", tpu_b_iota(b, &im, a.rank - 2), tpu_b_iota(b, &im, a.rank - 1)), a.dtype);
+  tpu_lu_t f = tpu_lu_factor(b, A);
+  outs[0] = tpu_lu_solve(b, f.LU, f.perm, eye, true, false);
+  outs[1] = tpu_lu_info(b, f.LU);
+  *nouts = 2;
+  return NULL;
+}
+
+/* Broadcast batch shape of a (batch..., x, y) and B's batch dims (B_rank - nb_core trailing dims). */
+static bool tpu_lu_batch_shape(tpu_builder_t* b, const tpu_aval_t* a, const tpu_aval_t* bb, int b_core,
+                               tpu_aval_t* out) {
+  int ra = a->rank - 2, rb = bb->rank - b_core, r = ra > rb ? ra : rb;
+  out->rank = r;
+  for (int i = 0; i < r; i++) {
+    int64_t da = i - (r - ra) >= 0 ? a->dims[i - (r - ra)] : 1;
+    int64_t db = i - (r - rb) >= 0 ? bb->dims[i - (r - rb)] : 1;
+    if (da != db && da != 1 && db != 1) {
+      TPU_B_FAIL(b, TPU_INVALID_ARGUMENT,
+                 "The size of tensor a (%" PRId64 ") must match the size of tensor b (%" PRId64
+                 ") at non-singleton dimension %d",
+                 da, db, i);
+      return false;
+    }
+    out->dims[i] = da == 1 ? db : da;
+  }
+  return true;
+}
+
+/* x broadcast to batch shape `batch` followed by x's trailing `core` dims. */
+static tpu_val_t tpu_lu_to_batch(tpu_builder_t* b, tpu_val_t x, const tpu_aval_t* batch, int core) {
+  tpu_aval_t xa = *tpu_b_aval(b, x);
+  int64_t dims[TPU_MAX_RANK];
+  for (int i = 0; i < batch->rank; i++) dims[i] = batch->dims[i];
+  for (int i = 0; i < core; i++) dims[batch->rank + i] = xa.dims[xa.rank - core + i];
+  return tpu_b_broadcast_to(b, x, batch->rank + core, dims);
+}
+
+/* _linalg_solve_ex(A, B, *, left=True, check_errors=False) -> (result, LU, pivots, info) */
+static tpu_status_t* tpu_lower__linalg_solve_ex(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs,
+                                                int* nouts) {
+  (void)max_outs;
+  tpu_aval_t a = tpu_op_aval(op, 0), bb = tpu_op_aval(op, 1);
+  if (!tpu_lu_check(b, &a, "linalg.solve")) return NULL;
+  if (bb.dtype != a.dtype)
+    return TPU_STATUS(TPU_INVALID_ARGUMENT, "linalg.solve: Expected A and B to have the same dtype, but found A of type "
+                      "%s and B of type %s instead", tpu_dtype_name(a.dtype), tpu_dtype_name(bb.dtype));
+  bool left = tpu_op_bool(op, 2, true);
+  int64_t n = a.dims[a.rank - 1];
+  /* ATen's linalg_solve_is_vector_rhs: B is a (batch of) vector(s). */
+  bool vec = bb.rank == 1 || (bb.rank == a.rank - 1 && memcmp(bb.dims, a.dims, sizeof(int64_t) * bb.rank) == 0);
+  int64_t bn = vec ? bb.dims[bb.rank - 1] : bb.dims[bb.rank - (left ? 2 : 1)];
+  if (bb.rank < 1 || bn != n)
+    return TPU_STATUS(TPU_INVALID_ARGUMENT, "linalg.solve: Incompatible shapes of A and B for the equation %s "
+                      "(%" PRId64 "x%" PRId64 " and %" PRId64 "x%" PRId64 ")",
+                      left ? "AX = B" : "XA = B", n, n, bb.rank >= 2 ? bb.dims[bb.rank - 2] : bn,
+                      bb.rank >= 2 ? bb.dims[bb.rank - 1] : 1);
+  tpu_aval_t batch;
+  if (!tpu_lu_batch_shape(b, &a, &bb, vec ? 1 : 2, &batch)) return NULL;
+  /* ATen factors A with its own batch shape (LU/pivots/info keep it), then
+   * broadcasts the factors against B's batch. */
+  tpu_lu_t f = tpu_lu_factor(b, tpu_op_tensor(b, op, 0));
+  tpu_val_t B = tpu_lu_to_batch(b, tpu_op_tensor(b, op, 1), &batch, vec ? 1 : 2);
+  if (vec) { /* a column (left) or row (right) of the matrix equation */
+    tpu_aval_t ba = *tpu_b_aval(b, B);
+    ba.dims[ba.rank] = 1;
+    if (!left) {
+      ba.dims[ba.rank] = ba.dims[ba.rank - 1];
+      ba.dims[ba.rank - 1] = 1;
+    }
+    ba.rank++;
+    B = tpu_b_reshape(b, B, ba.rank, ba.dims);
+  }
+  tpu_val_t X = tpu_lu_solve(b, tpu_lu_to_batch(b, f.LU, &batch, 2), tpu_lu_to_batch(b, f.perm, &batch, 1), B, left,
+                             false);
+  if (vec) {
+    tpu_aval_t xa = *tpu_b_aval(b, B);
+    xa.rank--;
+    if (!left) xa.dims[xa.rank - 1] = n;
+    X = tpu_b_reshape(b, X, xa.rank, xa.dims);
+  }
+  outs[0] = X;
+  outs[1] = f.LU;
+  outs[2] = f.pivots;
+  outs[3] = tpu_lu_info(b, f.LU);
+  *nouts = 4;
+  return NULL;
+}
+
+/* Factors A for det/slogdet the way ATen does; returns diag(U) in *diag. */
+static tpu_lu_t tpu_lu_for_det(tpu_builder_t* b, tpu_op_t* op, const char* api, tpu_val_t* diag) {
+  tpu_lu_t f = {TPU_NOVAL, TPU_NOVAL, TPU_NOVAL};
+  tpu_aval_t a = tpu_op_aval(op, 0);
+  if (!tpu_lu_check(b, &a, api)) return f;
+  tpu_val_t A = tpu_op_tensor(b, op, 0);
+  f = tpu_lu_factor(b, tpu_lu_use_transpose(op, 0) ? tpu_lu_mT(b, A) : A);
+  *diag = tpu_lu_diag(b, f.LU);
+  return f;
+}
+
+/* _linalg_det(A) -> (result, LU, pivots): det = sign(P) * prod(diag(U)). */
+static tpu_status_t* tpu_lower__linalg_det(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs,
+                                           int* nouts) {
+  (void)max_outs;
+  tpu_val_t d = TPU_NOVAL;
+  tpu_lu_t f = tpu_lu_for_det(b, op, "linalg.det", &d);
+  if (!tpu_b_ok(b)) return NULL;
+  tpu_dtype_t t = tpu_b_dtype(b, d);
+  int64_t last = tpu_b_rank(b, d) - 1;
+  tpu_val_t prod = tpu_b_reduce(b, d, tpu_b_const(b, t, 1), 1, &last, "stablehlo.multiply");
+  outs[0] = tpu_b_binary(b, "stablehlo.multiply", tpu_lu_perm_sign(b, f.pivots, t), prod);
+  outs[1] = f.LU;
+  outs[2] = f.pivots;
+  *nouts = 3;
+  return NULL;
+}
+
+/* _linalg_slogdet(A) -> (sign, logabsdet, LU, pivots). */
+static tpu_status_t* tpu_lower__linalg_slogdet(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs,
+                                               int* nouts) {
+  (void)max_outs;
+  tpu_val_t d = TPU_NOVAL;
+  tpu_lu_t f = tpu_lu_for_det(b, op, "linalg.slogdet", &d);
+  if (!tpu_b_ok(b)) return NULL;
+  tpu_dtype_t t = tpu_b_dtype(b, d);
+  int64_t last = tpu_b_rank(b, d) - 1;
+  tpu_val_t sgn = tpu_b_reduce(b, tpu_b_unary(b, "stablehlo.sign", d), tpu_b_const(b, t, 1), 1, &last,
+                               "stablehlo.multiply");
+  tpu_val_t logs = tpu_b_unary(b, "stablehlo.log", tpu_b_unary(b, "stablehlo.abs", d));
+  outs[0] = tpu_b_binary(b, "stablehlo.multiply", tpu_lu_perm_sign(b, f.pivots, t), sgn);
+  outs[1] = tpu_b_reduce(b, logs, tpu_b_const(b, t, 0), 1, &last, "stablehlo.add");
+  outs[2] = f.LU;
+  outs[3] = f.pivots;
+  *nouts = 4;
+  return NULL;
+}
+
+/* linalg_lu_solve(LU, pivots, B, *, left=True, adjoint=False) -> Tensor */
+static tpu_status_t* tpu_lower_linalg_lu_solve(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs,
+                                               int* nouts) {
+  (void)max_outs;
+  tpu_aval_t a = tpu_op_aval(op, 0), pa = tpu_op_aval(op, 1), bb = tpu_op_aval(op, 2);
+  if (!tpu_lu_check(b, &a, "linalg.lu_solve")) return NULL;
+  bool left = tpu_op_bool(op, 3, true), adjoint = tpu_op_bool(op, 4, false);
+  int64_t n = a.dims[a.rank - 1];
+  if (pa.dtype != TPU_I32)
+    return TPU_STATUS(TPU_INVALID_ARGUMENT, "linalg.lu_solve: Expected pivots to be int32, got %s",
+                      tpu_dtype_name(pa.dtype));
+  if (bb.dtype != a.dtype)
+    return TPU_STATUS(TPU_INVALID_ARGUMENT, "linalg.lu_solve: Expected LU and B to have the same dtype, but found LU "
+                      "of type %s and B of type %s instead", tpu_dtype_name(a.dtype), tpu_dtype_name(bb.dtype));
+  if (bb.rank < 2 || bb.dims[bb.rank - (left ? 2 : 1)] != n)
+    return TPU_STATUS(TPU_INVALID_ARGUMENT, "linalg.lu_solve: Incompatible shapes of A and B for the equation %s",
+                      left ? "AX = B" : "XA = B");
+  if (pa.rank != a.rank - 1 || pa.dims[pa.rank - 1] != n)
+    return TPU_STATUS(TPU_INVALID_ARGUMENT, "linalg.lu_solve: Expected pivots of shape batch x %" PRId64, n);
+  tpu_aval_t batch;
+  if (!tpu_lu_batch_shape(b, &a, &bb, 2, &batch)) return NULL;
+  tpu_val_t LU = tpu_lu_to_batch(b, tpu_op_tensor(b, op, 0), &batch, 2);
+  tpu_val_t piv = tpu_lu_to_batch(b, tpu_op_tensor(b, op, 1), &batch, 1);
+  tpu_val_t B = tpu_lu_to_batch(b, tpu_op_tensor(b, op, 2), &batch, 2);
+  outs[0] = tpu_lu_solve(b, LU, tpu_lu_perm_of_pivots(b, piv), B, left, adjoint);
+  *nouts = 1;
+  return NULL;
+}
+
+const tpu_lowering_t tpu_lowerings_lu[] = {
+    {"linalg_lu_factor_ex", tpu_lower_linalg_lu_factor_ex},
+    {"linalg_inv_ex", tpu_lower_linalg_inv_ex},
+    {"_linalg_solve_ex", tpu_lower__linalg_solve_ex},
+    {"_linalg_det", tpu_lower__linalg_det},
+    {"_linalg_slogdet", tpu_lower__linalg_slogdet},
+    {"linalg_lu_solve", tpu_lower_linalg_lu_solve},
+    {NULL, NULL},
+};

@@ -1,0 +1,164 @@
+"""The misc family compared with PyTorch on CPU: trace, softshrink/hardshrink
+(and their backwards), nextafter, frexp, renorm and isin, with NaN, infinities,
+signed zeros, denormals, empty and non-contiguous inputs, and dtype errors."""
+import pytest
+import torch
+
+from tpu_testing import check, check_grad, to_tpu
+
+FLOATS = [torch.float32, torch.bfloat16, torch.float16]
+INTS = [torch.int64, torch.int32, torch.int8, torch.uint8]
+
+SPECIAL = [0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 0.25, 3.0, 1e-3, float("inf"), float("-inf"), float("nan")]
+
+
+def special(dtype):
+    return torch.tensor(SPECIAL).to(dtype)
+
+
+def same_error(fn, *args, **kwargs):
+    """PyTorch's CPU raises; tpu raises the same type with the same first line."""
+    with pytest.raises(Exception) as cpu:
+        fn(*args, **kwargs)
+    with pytest.raises(type(cpu.value)) as tpu:
+        fn(*to_tpu(args), **to_tpu(kwargs))
+    assert str(cpu.value).split("\n")[0] in str(tpu.value), f"{tpu.value!r} vs {cpu.value!r}"
+
+
+# ------------------------------------------------------------------ trace
+
+@pytest.mark.parametrize("dtype", FLOATS + INTS)
+@pytest.mark.parametrize("shape", [(4, 4), (3, 5), (5, 2), (0, 3), (1, 1)])
+def test_trace(dtype, shape):
+    x = torch.randn(shape).mul(3).to(dtype) if dtype.is_floating_point else torch.randint(0, 50, shape, dtype=dtype)
+    check(torch.trace, x, scale=4)
+
+
+def test_trace_noncontiguous_and_grad():
+    x = torch.randn(5, 4)
+    check(torch.trace, x.t())
+    check_grad(lambda a: torch.trace(a).reshape(1), x)
+
+
+def test_trace_errors():
+    same_error(torch.trace, torch.randn(3))
+    same_error(torch.trace, torch.ones(2, 2, dtype=torch.bool))
+
+
+# ---------------------------------------------------------------- shrinks
+
+SHRINKS = [torch.nn.functional.softshrink, torch.nn.functional.hardshrink]
+
+
+@pytest.mark.parametrize("fn", SHRINKS)
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("lambd", [None, 0.0, 0.5, 1.5])
+def test_shrink(fn, dtype, lambd):
+    kw = {} if lambd is None else {"lambd": lambd}
+    check(lambda x: fn(x, **kw), special(dtype))
+    check(lambda x: fn(x, **kw), torch.randn(6, 7).to(dtype)[:, ::2])
+
+
+@pytest.mark.parametrize("fn", SHRINKS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_shrink_grad(fn, dtype):
+    x = torch.tensor([-2.0, -0.6, -0.5, -0.2, 0.0, 0.3, 0.5, 0.7, 3.0]).to(dtype)
+    check_grad(lambda a: fn(a, 0.5), x)
+
+
+@pytest.mark.parametrize("fn", SHRINKS)
+def test_shrink_int_raises(fn):
+    with pytest.raises(NotImplementedError):
+        fn(torch.ones(3, dtype=torch.int64).to("tpu"))
+
+
+# -------------------------------------------------------------- nextafter
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_nextafter(dtype):
+    x = special(dtype)
+    xs = x[:, None].expand(-1, len(SPECIAL))
+    ys = x[None, :].expand(len(SPECIAL), -1)
+    check(torch.nextafter, xs.contiguous(), ys.contiguous())
+    check(torch.nextafter, torch.randn(5, 3).to(dtype), torch.randn(3).to(dtype))
+
+
+def test_nextafter_tiny_and_int():
+    tiny = torch.tensor([1e-45, -1e-45, 1.17549435e-38, 0.0])
+    check(torch.nextafter, tiny, torch.tensor([0.0, 1.0, 0.0, -1.0]))
+    with pytest.raises(NotImplementedError):
+        torch.nextafter(torch.ones(2, dtype=torch.int64).to("tpu"), torch.ones(2, dtype=torch.int64).to("tpu"))
+
+
+# ------------------------------------------------------------------ frexp
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_frexp(dtype):
+    check(torch.frexp, special(dtype))
+    check(torch.frexp, torch.randn(4, 6).mul(1000).to(dtype))
+    check(torch.frexp, torch.randn(4, 6).to(dtype).t())
+
+
+def test_frexp_denormals_and_empty():
+    check(torch.frexp, torch.tensor([1e-40, -1e-45, 3e-39, 1.17549435e-38, 3.4e38]))
+    check(torch.frexp, torch.tensor([6e-8, -1e-5], dtype=torch.float16))
+    check(torch.frexp, torch.empty(0, 3))
+
+
+def test_frexp_int_raises():
+    same_error(torch.frexp, torch.ones(3, dtype=torch.int32))
+
+
+# ----------------------------------------------------------------- renorm
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("p", [1, 2, 3, 0.5, float("inf")])
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_renorm(dtype, p, dim):
+    x = torch.randn(3, 4, 5).to(dtype)
+    check(torch.renorm, x, p, dim, 1.5, scale=2)
+    check(torch.renorm, x, p, dim, 100.0, scale=2)
+
+
+def test_renorm_grad_and_errors():
+    check_grad(lambda a: torch.renorm(a, 2, 0, 1.0), torch.randn(3, 4))
+    same_error(torch.renorm, torch.ones(2, 2, dtype=torch.int64), 2, 0, 1.0)
+
+
+# ------------------------------------------------------------------- isin
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.int32, torch.bfloat16, torch.uint8])
+@pytest.mark.parametrize("invert", [False, True])
+def test_isin(dtype, invert):
+    e = torch.randint(0, 10, (4, 5)).to(dtype)
+    t = torch.randint(0, 10, (2, 3)).to(dtype)
+    check(torch.isin, e, t, invert=invert)
+    check(torch.isin, e, t, assume_unique=True, invert=invert)
+    check(torch.isin, e, 3, invert=invert)
+    check(lambda tt: torch.isin(4, tt, invert=invert), t)
+
+
+def test_isin_edges():
+    check(torch.isin, torch.tensor([1.0, float("nan"), 2.0]), torch.tensor([float("nan"), 2.0]))
+    check(torch.isin, torch.arange(5), torch.empty(0, dtype=torch.int64))
+    check(torch.isin, torch.empty(0, 2), torch.arange(3.0))
+    check(torch.isin, torch.arange(6), torch.tensor([1.0, 4.5, 5.0]))
+
+
+# ------------------------------------------------------------------- mode
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.int32, torch.uint8, torch.bool])
+@pytest.mark.parametrize("dim,keepdim", [(-1, False), (0, True), (1, False)])
+def test_mode(dtype, dim, keepdim):
+    x = torch.randint(0, 4, (3, 6, 5)).to(dtype)  # small range: many ties on purpose
+    check(torch.mode, x, dim, keepdim)
+    check(torch.mode, x.transpose(0, 2), dim, keepdim)
+
+
+def test_mode_edges():
+    check(torch.mode, torch.tensor([3, 1, 3, 1, 2, 1, 3]))
+    check(torch.mode, torch.tensor([2.0, float("nan"), float("nan"), 1.0]))
+    check(torch.mode, torch.tensor(3.0))
+    check(torch.mode, torch.tensor(3.0), 0, True)
+    check(torch.mode, torch.empty(0, 4), 1)
+    same_error(torch.mode, torch.empty(0))
