@@ -31,10 +31,10 @@ TEST(index_select_and_gather) {
   ASSERT_OK(kit_read_f32(&out, o, 6));
   for (int i = 0; i < 6; ++i) EXPECT_NEAR(o[i], 4 * (i / 2) + gv[i], 0);
   kit_release(&out);
-  /* int32 index to gather is an error with PyTorch's message */
-  int32_t g32[6] = {0};
+  /* an int16 index to gather is an error (PyTorch accepts int32 and int64) */
+  int16_t g32[6] = {0};
   tpu_tensor_t idx32;
-  ASSERT_OK(kit_tensor(TPU_I32, 2, (int64_t[]){3, 2}, g32, &idx32));
+  ASSERT_OK(kit_tensor(TPU_I16, 2, (int64_t[]){3, 2}, g32, &idx32));
   args[2] = kit_arg_tensor(&idx32);
   EXPECT_CODE(kit_run1("gather", "out", args, 3, &out), TPU_INVALID_ARGUMENT);
   kit_release(&idx32);

@@ -80,7 +80,8 @@ static tpu_val_t sp_digamma(tpu_builder_t* b, tpu_val_t x) {
 static tpu_val_t sp_zeta(tpu_builder_t* b, tpu_val_t x, tpu_val_t q) {
   tpu_val_t y = tpu_b_binary(b, "chlo.zeta", x, q);
   tpu_val_t inf = sp_c(b, x, INFINITY), nan = sp_c(b, x, NAN);
-  tpu_val_t at_inf = sp_sel(b, sp_cmpc(b, "GT", q, 1.0), nan, sp_sel(b, sp_cmpc(b, "EQ", q, 1.0), sp_c(b, x, 1.0), inf));
+  tpu_val_t at_inf = sp_sel(b, sp_cmpc(b, "EQ", q, 1.0), sp_c(b, x, 1.0), inf);
+  at_inf = sp_sel(b, sp_cmpc(b, "GT", q, 1.0), nan, at_inf);
   at_inf = sp_sel(b, sp_isnan(b, q), nan, at_inf);
   y = sp_sel(b, sp_cmpc(b, "EQ", x, INFINITY), at_inf, y);
   tpu_val_t q_nonpos = sp_cmpc(b, "LE", q, 0.0);
