@@ -162,3 +162,14 @@ def test_mode_edges():
     check(torch.mode, torch.tensor(3.0), 0, True)
     check(torch.mode, torch.empty(0, 4), 1)
     same_error(torch.mode, torch.empty(0))
+
+
+def test_rrelu_eval_matches_cpu_and_training_slopes_in_range():
+    x = torch.randn(4, 5)
+    check(lambda t: torch.nn.functional.rrelu(t, training=False), x)
+    check_grad(lambda t: torch.nn.functional.rrelu(t, 0.1, 0.3, training=False), x)
+    y = torch.nn.functional.rrelu(x.to("tpu"), 0.1, 0.3, training=True).cpu()
+    neg = x < 0
+    slopes = y[neg] / x[neg]
+    assert slopes.min() >= 0.1 - 1e-6 and slopes.max() <= 0.3 + 1e-6
+    assert torch.equal(y[~neg], x[~neg])

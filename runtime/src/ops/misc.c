@@ -5,6 +5,7 @@
  * round once. Scalar parameters (lambd, p, maxnorm) are runtime operands, so
  * their value-dependent branches (renorm's p = inf) are selects, not C ifs. */
 #include "common.h"
+#include "random.h"
 
 #include <math.h>
 
@@ -393,7 +394,45 @@ static tpu_status_t* tpu_lower_mode(tpu_builder_t* b, tpu_op_t* op, int max_outs
   return NULL;
 }
 
+/* rrelu_with_noise(self, noise!, lower, upper, training, generator) -> out, then
+ * the new noise (a mutated argument). Training: negative inputs are scaled by a
+ * uniform slope in [lower, upper], recorded in noise (1 elsewhere). Eval: a leaky
+ * relu with slope (lower + upper) / 2 and noise unchanged, as ATen does. */
+static tpu_status_t* tpu_lower_rrelu_with_noise(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs,
+                                                int* nouts) {
+  (void)max_outs;
+  tpu_aval_t a = tpu_op_aval(op, 0);
+  if (!tpu_dtype_is_float(a.dtype)) {
+    TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "\"rrelu_with_noise\" not implemented for '%s'", tpu_dtype_name(a.dtype));
+    return NULL;
+  }
+  tpu_dtype_t ct = tpu_dtype_opmath(a.dtype);
+  tpu_val_t x = tpu_b_convert(b, tpu_op_tensor(b, op, 0), ct);
+  tpu_val_t noise = tpu_op_tensor(b, op, 1);
+  tpu_aval_t sh = a;
+  sh.dtype = ct;
+  tpu_val_t lo = tpu_ops_bcast(b, tpu_op_scalar(b, op, 2, ct), &sh);
+  tpu_val_t hi = tpu_ops_bcast(b, tpu_op_scalar(b, op, 3, ct), &sh);
+  tpu_val_t neg = tpu_b_compare(b, "LT", x, tpu_b_full(b, &sh, 0.0));
+  tpu_val_t slope;
+  if (tpu_op_bool(op, 4, false)) {
+    tpu_rng_t g = tpu_rng_open(b, op);
+    tpu_val_t u = tpu_rng_uniform(b, &g, &a);
+    slope = tpu_b_binary(b, "stablehlo.add", lo, tpu_b_binary(b, "stablehlo.multiply", u,
+                                                                tpu_b_binary(b, "stablehlo.subtract", hi, lo)));
+    slope = tpu_b_select(b, neg, slope, tpu_b_full(b, &sh, 1.0));
+    noise = tpu_b_convert(b, slope, tpu_op_aval(op, 1).dtype);
+  } else {
+    slope = tpu_b_binary(b, "stablehlo.multiply", tpu_b_binary(b, "stablehlo.add", lo, hi), tpu_b_full(b, &sh, 0.5));
+  }
+  outs[0] = tpu_b_convert(b, tpu_b_select(b, neg, tpu_b_binary(b, "stablehlo.multiply", x, slope), x), a.dtype);
+  outs[1] = noise;
+  *nouts = 2;
+  return NULL;
+}
+
 const tpu_lowering_t tpu_lowerings_misc[] = {
+    {"rrelu_with_noise", tpu_lower_rrelu_with_noise},
     {"trace", tpu_lower_trace},
     {"softshrink", tpu_lower_softshrink},
     {"softshrink_backward", tpu_lower_shrink_backward},
