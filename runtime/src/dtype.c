@@ -100,6 +100,17 @@ bool tpu_dtype_is_complex(tpu_dtype_t t) { return info(t)->is_complex; }
 bool tpu_dtype_is_int(tpu_dtype_t t) { return info(t)->is_int; }
 bool tpu_dtype_is_signed(tpu_dtype_t t) { return info(t)->is_signed; }
 
+const char* tpu_dtype_scalar_type_name(tpu_dtype_t t) {
+  static const char* const kNames[] = {
+      [TPU_BOOL] = "Bool",  [TPU_U8] = "Byte",          [TPU_I8] = "Char",           [TPU_I16] = "Short",
+      [TPU_I32] = "Int",    [TPU_I64] = "Long",         [TPU_F16] = "Half",          [TPU_BF16] = "BFloat16",
+      [TPU_F32] = "Float",  [TPU_F64] = "Double",       [TPU_C64] = "ComplexFloat",  [TPU_C128] = "ComplexDouble",
+      [TPU_U16] = "UInt16", [TPU_U32] = "UInt32",       [TPU_U64] = "UInt64",
+  };
+  static_assert(sizeof kNames / sizeof kNames[0] == TPU_DTYPE_COUNT, "one name per dtype");
+  return tpu_dtype_valid((int)t) ? kNames[t] : "?";
+}
+
 tpu_dtype_t tpu_dtype_promote(tpu_dtype_t a, tpu_dtype_t b) {
   if (!tpu_dtype_valid((int)a)) return b;
   if (!tpu_dtype_valid((int)b)) return a;

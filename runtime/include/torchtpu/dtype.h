@@ -35,6 +35,8 @@ size_t tpu_dtype_size(tpu_dtype_t t);
 const char* tpu_dtype_mlir(tpu_dtype_t t);
 /* PyTorch's name: "float32", "bool" ... */
 const char* tpu_dtype_name(tpu_dtype_t t);
+/* PyTorch's ScalarType name, as its dtype errors spell it: "Float", "Long" ... */
+const char* tpu_dtype_scalar_type_name(tpu_dtype_t t);
 bool tpu_dtype_is_float(tpu_dtype_t t);   /* f16 bf16 f32 f64 */
 bool tpu_dtype_is_complex(tpu_dtype_t t);
 bool tpu_dtype_is_int(tpu_dtype_t t);     /* integral, not bool */

@@ -47,25 +47,6 @@
 
 /* ------------------------------------------------------------------ dtypes */
 
-/* PyTorch's ScalarType name of t, as its dtype errors spell it. */
-static const char* tpu_ew_type_name(tpu_dtype_t t) {
-  switch (t) {
-    case TPU_BOOL: return "Bool";
-    case TPU_U8: return "Byte";
-    case TPU_I8: return "Char";
-    case TPU_I16: return "Short";
-    case TPU_I32: return "Int";
-    case TPU_I64: return "Long";
-    case TPU_F16: return "Half";
-    case TPU_BF16: return "BFloat16";
-    case TPU_F32: return "Float";
-    case TPU_F64: return "Double";
-    case TPU_C64: return "ComplexFloat";
-    case TPU_C128: return "ComplexDouble";
-    default: return tpu_dtype_name(t);
-  }
-}
-
 enum {
   EW_FLOAT = 1u << 0,       /* integral/bool inputs compute in and return float32 */
   EW_PRED = 1u << 1,        /* map: result is bool; fn sees the input in its own dtype */
@@ -95,7 +76,7 @@ static bool tpu_ew_check_dtype(tpu_builder_t* b, const char* name, unsigned flag
   }
   bool bad = (t == TPU_BOOL && (flags & EW_NO_BOOL)) || (tpu_dtype_is_int(t) && (flags & EW_NO_INT)) ||
              (tpu_dtype_is_float(t) && (flags & EW_NO_FLOAT));
-  if (bad) TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "\"%s\" not implemented for '%s'", kernel ? kernel : name, tpu_ew_type_name(t));
+  if (bad) TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "\"%s\" not implemented for '%s'", kernel ? kernel : name, tpu_dtype_scalar_type_name(t));
   return !bad;
 }
 
@@ -901,7 +882,7 @@ static tpu_status_t* tpu_lower_where(tpu_builder_t* b, tpu_op_t* op, int max_out
   tpu_dtype_t cd = tpu_op_aval(op, 0).dtype;
   if (cd != TPU_BOOL && cd != TPU_U8) {
     TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "where expected condition to be a boolean tensor, but got a tensor with dtype %s",
-               tpu_ew_type_name(cd));
+               tpu_dtype_scalar_type_name(cd));
     return NULL;
   }
   int vals[2] = {1, 2}, all[3] = {0, 1, 2};

@@ -11,21 +11,6 @@
 
 #include "common.h"
 
-/* PyTorch's ScalarType names for messages. */
-static const char* tpu_la_type_name(tpu_dtype_t t) {
-  switch (t) {
-    case TPU_BOOL: return "Bool";
-    case TPU_U8: return "Byte";
-    case TPU_I8: return "Char";
-    case TPU_I16: return "Short";
-    case TPU_I32: return "Int";
-    case TPU_I64: return "Long";
-    case TPU_F16: return "Half";
-    case TPU_BF16: return "BFloat16";
-    default: return tpu_dtype_name(t);
-  }
-}
-
 /* Arg i must be a batch of matrices ([*, m, n]; square when `square`) of
  * float32/float64. */
 static bool tpu_la_check(tpu_builder_t* b, const tpu_op_t* op, int i, bool square, const char* name) {
@@ -44,10 +29,10 @@ static bool tpu_la_check(tpu_builder_t* b, const tpu_op_t* op, int i, bool squar
   if (tpu_dtype_is_complex(a.dtype))
     TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "%s: complex inputs are not supported on tpu", name);
   else if (tpu_dtype_is_float(a.dtype))
-    TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "\"%s\" not implemented for '%s'", name, tpu_la_type_name(a.dtype));
+    TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "\"%s\" not implemented for '%s'", name, tpu_dtype_scalar_type_name(a.dtype));
   else
     TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "%s: Expected a floating point or complex tensor as input. Got %s", name,
-               tpu_la_type_name(a.dtype));
+               tpu_dtype_scalar_type_name(a.dtype));
   return false;
 }
 
@@ -156,7 +141,7 @@ static bool tpu_la_check_pair(tpu_builder_t* b, const tpu_op_t* op, int ia, int 
   tpu_dtype_t ta = tpu_op_aval(op, ia).dtype, tb = tpu_op_aval(op, ib).dtype;
   if (ta != tb) {
     TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "%s: Expected A and B to have the same dtype, but found A of type %s and B of "
-               "type %s instead", name, tpu_la_type_name(ta), tpu_la_type_name(tb));
+               "type %s instead", name, tpu_dtype_scalar_type_name(ta), tpu_dtype_scalar_type_name(tb));
     return false;
   }
   return true;

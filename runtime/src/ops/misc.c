@@ -29,27 +29,10 @@ static tpu_status_t* mc_result(tpu_val_t v, tpu_val_t* outs, int* nouts) {
   return NULL;
 }
 
-/* PyTorch's ScalarType name of t, as its dtype errors spell it. */
-static const char* mc_type_name(tpu_dtype_t t) {
-  switch (t) {
-    case TPU_BOOL: return "Bool";
-    case TPU_U8: return "Byte";
-    case TPU_I8: return "Char";
-    case TPU_I16: return "Short";
-    case TPU_I32: return "Int";
-    case TPU_I64: return "Long";
-    case TPU_F16: return "Half";
-    case TPU_BF16: return "BFloat16";
-    case TPU_F32: return "Float";
-    case TPU_F64: return "Double";
-    default: return tpu_dtype_name(t);
-  }
-}
-
 /* ATen's `"kernel" not implemented for 'Long'` for kernels dispatched on floats only. */
 static bool mc_need_float(tpu_builder_t* b, const char* kernel, tpu_dtype_t t) {
   if (tpu_dtype_is_float(t)) return true;
-  TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "\"%s\" not implemented for '%s'", kernel, mc_type_name(t));
+  TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "\"%s\" not implemented for '%s'", kernel, tpu_dtype_scalar_type_name(t));
   return false;
 }
 
@@ -68,7 +51,7 @@ static tpu_status_t* tpu_lower_trace(tpu_builder_t* b, tpu_op_t* op, int max_out
   (void)max_outs;
   tpu_aval_t in = tpu_op_aval(op, 0);
   if (in.dtype == TPU_BOOL || tpu_dtype_is_complex(in.dtype)) {
-    TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "\"trace\" not implemented for '%s'", mc_type_name(in.dtype));
+    TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "\"trace\" not implemented for '%s'", tpu_dtype_scalar_type_name(in.dtype));
     return NULL;
   }
   if (in.rank != 2) {
@@ -249,7 +232,7 @@ static tpu_status_t* tpu_lower_renorm(tpu_builder_t* b, tpu_op_t* op, int max_ou
   if (!tpu_dtype_is_float(in.dtype)) {
     TPU_B_FAIL(b, TPU_INVALID_ARGUMENT,
                "linalg.vector_norm: Expected a floating point or complex tensor as input. Got %s",
-               mc_type_name(in.dtype));
+               tpu_dtype_scalar_type_name(in.dtype));
     return NULL;
   }
   int dim = tpu_ops_dim(b, tpu_op_int(op, 2, 0), in.rank);

@@ -262,20 +262,6 @@ enum {
   SP_NO_INT = 1u << 1,  /* integral/bool raise NotImplementedError */
 };
 
-static const char* sp_type_name(tpu_dtype_t t) {
-  switch (t) {
-    case TPU_BOOL: return "Bool";
-    case TPU_U8: return "Byte";
-    case TPU_I8: return "Char";
-    case TPU_I16: return "Short";
-    case TPU_I32: return "Int";
-    case TPU_I64: return "Long";
-    case TPU_F16: return "Half";
-    case TPU_BF16: return "BFloat16";
-    default: return tpu_dtype_name(t);
-  }
-}
-
 /* PyTorch's dtype checks for kernel `kernel` dispatched on dtype t. */
 static bool sp_check_dtype(tpu_builder_t* b, const char* name, unsigned flags, const char* kernel, tpu_dtype_t t) {
   if (tpu_dtype_is_complex(t)) {
@@ -284,7 +270,7 @@ static bool sp_check_dtype(tpu_builder_t* b, const char* name, unsigned flags, c
   }
   bool half = t == TPU_F16 || t == TPU_BF16;
   bool bad = (half && (flags & SP_NO_HALF)) || (!tpu_dtype_is_float(t) && (flags & SP_NO_INT));
-  if (bad) TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "\"%s\" not implemented for '%s'", kernel, sp_type_name(t));
+  if (bad) TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "\"%s\" not implemented for '%s'", kernel, tpu_dtype_scalar_type_name(t));
   return !bad;
 }
 
