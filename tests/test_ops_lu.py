@@ -6,7 +6,9 @@ where only the factorisation itself is compared). Inverse/solve/det results are
 compared with tolerances loosened by COND_SCALE: they are computed by a different
 (unblocked vs LAPACK's blocked) elimination order, so rounding differences are
 amplified by the condition number of A (up to ~10 here) and by n accumulated
-steps; the factor stays far below what a wrong result would produce."""
+steps. Measured with seed 0, the worst element used 0.07 of the unscaled dtype
+tolerance, so 4 leaves margin for other orders of summation while a wrong pivot
+or a wrong solve (errors of order 1) still fails."""
 import pytest
 import torch
 
@@ -14,7 +16,7 @@ from tpu_testing import assert_same, check
 
 DTYPES = [torch.float32, torch.float64]
 SHAPES = [(1, 1), (3, 3), (5, 5), (2, 4, 4), (2, 3, 6, 6)]
-COND_SCALE = 50.0
+COND_SCALE = 4.0
 
 
 def _well(shape, dtype):
@@ -118,7 +120,7 @@ def test_lu_solve(dtype, shape, left, adjoint):
     n = shape[-1]
     bshape = shape[:-1] + (3,) if left else shape[:-2] + (3, n)
     check(lambda x, p, y: torch.linalg.lu_solve(x, p, y, left=left, adjoint=adjoint), LU, piv, _rand(bshape, dtype),
-          scale=COND_SCALE * 10)
+          scale=COND_SCALE)
 
 
 def test_errors():
@@ -127,5 +129,5 @@ def test_errors():
         torch.linalg.inv(t)
     with pytest.raises(RuntimeError, match="at least 2 dimensions"):
         torch.linalg.det(torch.randn(3, device="tpu"))
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match="Expected a floating point or complex tensor as input. Got Long"):
         torch.linalg.inv(torch.ones(2, 2, dtype=torch.int64, device="tpu"))

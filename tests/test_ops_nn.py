@@ -70,8 +70,7 @@ def test_native_layer_norm_ops():
     check(lambda x: A.native_layer_norm(x, [3, 4], None, None, 1e-5), x)
     _, m, r = A.native_layer_norm(x, [4], w, b, 1e-5)
     g = torch.randn_like(x)
-    check(lambda *a: A.native_layer_norm_backward(*a[:2], [4], *a[2:], [True, True, True]), g, x, m, r, w, b,
-          scale=2)
+    check(lambda *a: A.native_layer_norm_backward(*a[:2], [4], *a[2:], [True, True, True]), g, x, m, r, w, b)
 
 
 @pytest.mark.parametrize("train", [True, False])
@@ -91,7 +90,7 @@ def test_native_batch_norm_ops(train):
     g = torch.randn_like(x)
     check(lambda g, x, w, rm, rv, sm, si: A.native_batch_norm_backward(g, x, w, rm, rv, sm, si, train, 1e-5,
                                                                         [True, True, True]),
-          g, x, w, rm, rv, sm if train else None, si if train else None, scale=2)
+          g, x, w, rm, rv, sm if train else None, si if train else None)
 
 
 def test_batch_norm_running_stats_in_place():
@@ -110,7 +109,7 @@ def test_native_group_norm_ops():
     check(lambda x, w, b: A.native_group_norm(x, w, b, 2, 6, 9, 3, 1e-5), x, w, b)
     _, m, r = A.native_group_norm(x, w, b, 2, 6, 9, 3, 1e-5)
     check(lambda g, x, m, r, w: A.native_group_norm_backward(g, x, m, r, w, 2, 6, 9, 3, [True, True, True]),
-          torch.randn_like(x), x, m, r, w, scale=2)
+          torch.randn_like(x), x, m, r, w)
 
 
 @pytest.mark.parametrize("red", REDUCTIONS)
@@ -224,7 +223,9 @@ def test_layer_norm(dtype):
     with torch.no_grad():
         m.weight.normal_()
         m.bias.normal_()
-    check_module(m, torch.randn(3, 4, 5, 6, dtype=dtype), scale=2)
+    # bf16: the weight/bias gradients sum 12 bf16 products per element in another order
+    # than the CPU; one bf16 rounding apart is 0.8 x TOL[bf16] (seed 0: 1.27 x). float32: 1.
+    check_module(m, torch.randn(3, 4, 5, 6, dtype=dtype), scale=2 if dtype == torch.bfloat16 else 1)
     check_module(nn.LayerNorm(6, elementwise_affine=False), torch.randn(4, 6))
 
 
@@ -242,17 +243,17 @@ def test_batch_norm_train_and_eval(cls, shape):
         m.weight.normal_()
         m.bias.normal_()
     x = torch.randn(*shape) * 2 + 1
-    mt = check_module(m, x, scale=2)  # train: output, grads, running stats after one step
+    mt = check_module(m, x)  # train: output, grads, running stats after one step
     m.eval()
     mt.eval()
     xe, g = torch.randn(*shape).requires_grad_(), torch.randn(*shape)
     xt = xe.detach().to("tpu").requires_grad_()
     out_c, out_t = m(xe), mt(xt)
-    assert_same(out_t, out_c, scale=2)
+    assert_same(out_t, out_c)
     out_c.backward(g)
     out_t.backward(g.to("tpu"))
-    assert_same(xt.grad, xe.grad, scale=2)
-    assert_same(mt.weight.grad, m.weight.grad, scale=2)
+    assert_same(xt.grad, xe.grad)
+    assert_same(mt.weight.grad, m.weight.grad)
 
 
 def test_batch_norm_no_running_stats_and_cumulative_momentum():
@@ -272,15 +273,15 @@ def test_group_norm(groups, shape):
     with torch.no_grad():
         m.weight.normal_()
         m.bias.normal_()
-    check_module(m, torch.randn(*shape), scale=2)
+    check_module(m, torch.randn(*shape))
 
 
 def test_rms_norm():
     m = nn.RMSNorm([6])
     with torch.no_grad():
         m.weight.normal_()
-    check_module(m, torch.randn(3, 4, 6), scale=2)
-    check_grad(lambda x: F.rms_norm(x, [6], eps=1e-3), torch.randn(5, 6), scale=2)
+    check_module(m, torch.randn(3, 4, 6))
+    check_grad(lambda x: F.rms_norm(x, [6], eps=1e-3), torch.randn(5, 6))
 
 
 # ------------------------------------------------------------------ losses
@@ -374,9 +375,9 @@ def _sdpa_inputs(hq=4, hkv=4, lq=5, lk=6, e=8):
 
 def test_sdpa_plain_and_causal():
     q, k, v = _sdpa_inputs()
-    check_grad(lambda q, k, v: F.scaled_dot_product_attention(q, k, v), q, k, v, scale=3)
+    check_grad(lambda q, k, v: F.scaled_dot_product_attention(q, k, v), q, k, v)
     q, k, v = _sdpa_inputs(lq=6)
-    check_grad(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), q, k, v, scale=3)
+    check_grad(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), q, k, v)
 
 
 def test_sdpa_masks():
@@ -384,16 +385,14 @@ def test_sdpa_masks():
     bool_mask = torch.rand(5, 6) > 0.3
     bool_mask[:, 0] = True
     add_mask = torch.randn(2, 1, 5, 6)
-    check_grad(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=bool_mask.to(q.device)), q, k, v,
-               scale=3)
+    check_grad(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=bool_mask.to(q.device)), q, k, v)
     check_grad(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=add_mask.to(q.device), scale=0.3),
-               q, k, v, scale=3)
+               q, k, v)
 
 
 def test_sdpa_gqa():
     q, k, v = _sdpa_inputs(hq=4, hkv=2)
-    check_grad(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True, is_causal=True), q, k, v,
-               scale=3)
+    check_grad(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True, is_causal=True), q, k, v)
 
 
 class _SelfAttention(nn.Module):
@@ -407,7 +406,7 @@ class _SelfAttention(nn.Module):
 
 @pytest.mark.parametrize("batch_first", [True, False])
 def test_multihead_attention(batch_first):
-    check_module(_SelfAttention(batch_first=batch_first), torch.randn(3, 4, 8), scale=3)
+    check_module(_SelfAttention(batch_first=batch_first), torch.randn(3, 4, 8))
     m = nn.MultiheadAttention(8, 2, batch_first=batch_first)
     x = torch.randn(3, 4, 8)
     seq = 4 if batch_first else 3
@@ -415,7 +414,7 @@ def test_multihead_attention(batch_first):
     mt = copy.deepcopy(m).to("tpu")
     out_c = m(x, x, x, attn_mask=mask, need_weights=False)[0]
     out_t = mt(x.to("tpu"), x.to("tpu"), x.to("tpu"), attn_mask=mask.to("tpu"), need_weights=False)[0]
-    assert_same(out_t, out_c, scale=3)
+    assert_same(out_t, out_c)
 
 
 

@@ -348,6 +348,9 @@ def test_dropout_train(dtype, p):
     zero = y == 0
     assert abs(zero.double().mean().item() - p) <= 5 * math.sqrt(p * (1 - p) / N)
     expected = (x.double() / (1 - p)).to(dtype)
+    # kept elements are x * (1 / (1 - p)) in the dtype, expected is x / (1 - p) rounded
+    # once: a rounded scale then a rounded product are at most 2 ulps apart: 1e-6 is
+    # 8 float32 ulps (2**-23), 1e-2 is ~2.5 bf16 ulps (2**-8) and ~10 float16 ulps.
     torch.testing.assert_close(y[~zero], expected[~zero], rtol=1e-2 if dtype in (torch.bfloat16, torch.float16) else 1e-6, atol=0)
 
 

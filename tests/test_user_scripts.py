@@ -131,13 +131,17 @@ def test_indexing():
 
 
 def test_item_tolist_print_equal():
-    x = torch.tensor([[1.5, 2.0], [3.0, -4.25]], device="tpu")
-    assert x.sum().item() == pytest.approx(2.25)
-    assert x.tolist() == [[1.5, 2.0], [3.0, -4.25]]
-    assert torch.equal(x, x.clone())
-    assert not torch.equal(x, x + 1)
-    torch.testing.assert_close(x, x.cpu().to("tpu"))
+    c = torch.tensor([[1.5, 2.0], [3.0, -4.25]])
+    x = c.to("tpu")
+    assert x.sum().item() == c.sum().item() == 2.25  # exact in float32
+    assert x.tolist() == c.tolist() == [[1.5, 2.0], [3.0, -4.25]]
+    # torch.equal on tpu agrees with torch.equal on CPU, both ways
+    for other in (c.clone(), c + 1, c * torch.tensor([[1.0, 1.0], [1.0, -1.0]])):
+        assert torch.equal(x, other.to("tpu")) == torch.equal(c, other)
+    assert torch.equal(x.clone().cpu(), c)
+    assert_same(x.cpu().to("tpu") * 2, c * 2)
     s = str(x)
-    assert "tpu" in s and "-4.2500" in s
+    assert s == str(c)[:-1] + ", device='tpu:0')"  # same formatting as CPU, plus the device
     assert x.is_tpu
     assert x.to(torch.bfloat16).dtype == torch.bfloat16
+    assert torch.equal(x.to(torch.bfloat16).cpu(), c.to(torch.bfloat16))

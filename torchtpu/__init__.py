@@ -86,6 +86,10 @@ torch.utils.generate_methods_for_privateuse1_backend(
     for_tensor=True, for_module=True, for_storage=True
 )
 
+from . import integrations as _integrations  # noqa: E402  (accelerate/Trainer, DataLoader pinning)
+
+_integrations.install()
+
 # Printing a tensor runs many small ops (abs, masked_select, min/max ...) on
 # its device; as PyTorch does for xla/lazy tensors, format tpu tensors from a
 # host copy instead (one transfer, no compiles). The device suffix is computed

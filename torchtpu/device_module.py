@@ -2,13 +2,12 @@
 
 Mirrors the parts of ``torch.cuda`` that generic PyTorch code (``torch.manual_seed``,
 ``torch.random.fork_rng``, ``Tensor.tpu()``, ``Module.tpu()``) looks up on a device
-module. The RNG state (seed, offset) lives in the C runtime and is process-wide.
+module. Each device has a default generator; its (seed, offset) state lives in the C runtime.
 """
 
 from __future__ import annotations
 
 import os
-import struct
 from typing import Any
 
 import torch
@@ -147,40 +146,45 @@ def get_device_properties(device: Any = None) -> _DeviceProperties:
     return _DeviceProperties(idx)
 
 
-# ---- RNG: one (seed, offset) pair in the C runtime ----
+# ---- RNG: a default generator per device, each a (seed, offset) pair in the C runtime ----
+
+def _default_generator(device: Any = None) -> torch.Generator:
+    return _C.default_generator(_index(device))
+
 
 def manual_seed(seed: int) -> None:
-    _C.manual_seed(int(seed) & 0xFFFF_FFFF_FFFF_FFFF)
+    """Seeds the current device's default generator (like torch.cuda.manual_seed)."""
+    _default_generator().manual_seed(int(seed) & 0xFFFF_FFFF_FFFF_FFFF)
 
 
 def manual_seed_all(seed: int) -> None:
-    manual_seed(seed)
+    for i in range(device_count()):
+        _default_generator(i).manual_seed(int(seed) & 0xFFFF_FFFF_FFFF_FFFF)
 
 
 def seed() -> None:
-    manual_seed(int.from_bytes(os.urandom(8), "little") & (2**63 - 1))
+    _default_generator().seed()
 
 
 def seed_all() -> None:
-    seed()
+    s = int.from_bytes(os.urandom(8), "little") & (2**63 - 1)
+    manual_seed_all(s)
 
 
 def initial_seed() -> int:
-    return _C.initial_seed()
+    return _default_generator().initial_seed()
 
 
 def get_rng_state(device: Any = "tpu") -> torch.Tensor:
     """The RNG state as a cpu uint8 tensor of 16 bytes: (seed, offset) little-endian."""
-    s, off = _C.get_rng_state()
-    return torch.frombuffer(bytearray(struct.pack("<QQ", s, off)), dtype=torch.uint8)
+    return _default_generator(device).get_state()
 
 
 def set_rng_state(new_state: torch.Tensor, device: Any = "tpu") -> None:
     state = new_state.detach().to("cpu", torch.uint8).contiguous()
     if state.numel() != 16:
         raise ValueError("tpu RNG state must hold 16 bytes (seed, offset)")
-    s, off = struct.unpack("<QQ", bytes(state.tolist()))
-    _C.set_rng_state(s, off)
+    _default_generator(device).set_state(state)
 
 
 def get_rng_state_all() -> list:
@@ -188,8 +192,8 @@ def get_rng_state_all() -> list:
 
 
 def set_rng_state_all(new_states) -> None:
-    for st in new_states:
-        set_rng_state(st)
+    for i, st in enumerate(new_states):
+        set_rng_state(st, i)
 
 
 # ---- AMP: what torch.autocast("tpu") and torch.amp.GradScaler("tpu") look up ----

@@ -14,8 +14,9 @@ typedef struct tpu_compiled {
   tpu_executable_t* exe;
   int nparams;
   tpu_param_src_t* params;
-  int nouts;
-  tpu_aval_t* out_avals;
+  int nouts;             /* results the op returns */
+  tpu_aval_t* out_avals; /* nouts entries, one more when checked */
+  bool checked;          /* check.h: the executable also returns the error word */
 } tpu_compiled_t;
 
 /* Returns a referenced entry or NULL. */

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "device.h"
 #include "pjrt/pjrt.h"
 
@@ -158,6 +159,7 @@ void tpu_runtime_shutdown(void) {
   if (atomic_load_explicit(&g_ready, memory_order_relaxed)) {
     /* Work still running would touch the client we are about to destroy. */
     tpu_status_free(tpu_runtime_synchronize());
+    tpu_check_release_all();
     atomic_store_explicit(&g_ready, false, memory_order_release);
     state_clear(&g_state);
   }
@@ -285,5 +287,8 @@ tpu_status_t* tpu_runtime_synchronize(void) {
     }
     tpu_buffer_release(pending[i]);
   }
+  /* Then device-side check failures (check.h); an async failure goes first and
+   * leaves them for the next sync. */
+  if (!first) first = tpu_check_sync(-1);
   return first;
 }

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "cache.h"
+#include "check.h"
 
 /* ---------------------------------------------------------------- key bytes */
 
@@ -203,22 +204,32 @@ static void tpu_dump_module(const char* name, uint64_t hash, const char* text) {
   fclose(f);
 }
 
-static tpu_status_t* tpu_exec_lower(const char* name, const char* overload, tpu_lower_fn_t fn,
-                                    const tpu_arg_t* args, int nargs, int max_outs, tpu_snapshot_t* s,
-                                    uint64_t hash, tpu_compiled_t* out) {
-  memset(out, 0, sizeof(*out));
-  tpu_builder_t* b = NULL;
-  TPU_RETURN_IF_ERROR(tpu_builder_create(&b));
-  tpu_op_t* op = calloc(1, sizeof(*op));
+/* A lowering's op context over snapshot s, with the list-error slot it reports into. */
+typedef struct tpu_exec_op {
+  tpu_op_t op;
+  tpu_op_list_error_t list_error;
+  tpu_val_t* vals;
+} tpu_exec_op_t;
+
+static void tpu_exec_op_free(tpu_exec_op_t* x) {
+  if (!x) return;
+  free(x->op.params);
+  free(x->vals);
+  free(x);
+}
+
+static tpu_exec_op_t* tpu_exec_op_new(const char* name, const char* overload, const tpu_arg_t* args, int nargs,
+                                      tpu_snapshot_t* s) {
+  tpu_exec_op_t* x = calloc(1, sizeof(*x));
   int nv = s->nviews ? s->nviews : 1;
-  tpu_val_t* vals = malloc(sizeof(tpu_val_t) * (size_t)(2 * nv + nargs * TPU_DTYPE_COUNT + 1));
-  if (!op || !vals) {
-    free(op);
-    free(vals);
-    tpu_builder_destroy(b);
-    return TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "out of host memory");
+  size_t nvals = (size_t)(2 * nv) + (size_t)nargs * TPU_DTYPE_COUNT + 1;
+  if (x) x->vals = malloc(sizeof(tpu_val_t) * nvals);
+  if (!x || !x->vals) {
+    tpu_exec_op_free(x);
+    return NULL;
   }
-  for (int i = 0; i < 2 * nv + nargs * TPU_DTYPE_COUNT + 1; ++i) vals[i] = TPU_NOVAL;
+  for (size_t i = 0; i < nvals; ++i) x->vals[i] = TPU_NOVAL;
+  tpu_op_t* op = &x->op;
   op->name = name;
   op->overload = overload;
   op->args = args;
@@ -226,36 +237,79 @@ static tpu_status_t* tpu_exec_lower(const char* name, const char* overload, tpu_
   op->views = s->views;
   op->nviews = s->nviews;
   op->view_base = s->view_base;
-  op->view_vals = vals;
-  op->buffer_vals = vals + nv;
-  op->scalar_vals = vals + 2 * nv;
+  op->view_vals = x->vals;
+  op->buffer_vals = x->vals + nv;
+  op->scalar_vals = x->vals + 2 * nv;
+  x->list_error.arg = -1;
+  op->list_error = &x->list_error;
+  return x;
+}
 
-  tpu_val_t outs[TPU_MAX_RESULTS];
+/* Runs the lowering. An int list it could not hold fails the op whatever the
+ * lowering concluded: it saw only a prefix of that list. */
+static tpu_status_t* tpu_exec_call(tpu_lower_fn_t fn, tpu_builder_t* b, tpu_exec_op_t* x, int max_outs,
+                                   tpu_val_t* outs, int* out_nouts) {
+  *out_nouts = 0;
   int nouts = 0;
-  int cap = max_outs < TPU_MAX_RESULTS ? max_outs : TPU_MAX_RESULTS;
-  tpu_status_t* st = fn(b, op, cap, outs, &nouts);
+  tpu_status_t* st = fn(b, &x->op, max_outs, outs, &nouts);
+  if (x->list_error.arg >= 0) {
+    tpu_status_free(st);
+    return TPU_STATUS(TPU_INVALID_ARGUMENT, "%s: argument %d is a list of %d values, more than the %d this op takes",
+                      x->op.name, x->list_error.arg, x->list_error.len, x->list_error.cap);
+  }
   if (!st && !tpu_b_ok(b)) st = tpu_b_take_error(b);
-  if (!st && (nouts < 0 || nouts > cap)) st = TPU_STATUS(TPU_INTERNAL, "%s: lowering returned %d results", name, nouts);
+  if (!st && (nouts < 0 || nouts > max_outs))
+    st = TPU_STATUS(TPU_INTERNAL, "%s: lowering returned %d results", x->op.name, nouts);
+  if (!st) *out_nouts = nouts;
+  return st;
+}
+
+/* Copies what the compiled form keeps: result avals and the parameter plan. */
+static tpu_status_t* tpu_exec_keep(tpu_builder_t* b, const tpu_op_t* op, int nouts, const tpu_val_t* outs,
+                                   tpu_compiled_t* out) {
+  out->nouts = nouts;
+  out->out_avals = calloc((size_t)(nouts ? nouts : 1), sizeof(tpu_aval_t));
+  out->nparams = op->nparams;
+  out->params = calloc((size_t)(op->nparams ? op->nparams : 1), sizeof(tpu_param_src_t));
+  if (!out->out_avals || !out->params) return TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "out of host memory");
+  for (int i = 0; i < nouts; ++i) out->out_avals[i] = *tpu_b_aval(b, outs[i]);
+  if (op->nparams) memcpy(out->params, op->params, sizeof(tpu_param_src_t) * (size_t)op->nparams);
+  return NULL;
+}
+
+static tpu_status_t* tpu_exec_lower(const char* name, const char* overload, tpu_lower_fn_t fn,
+                                    const tpu_arg_t* args, int nargs, int max_outs, tpu_snapshot_t* s,
+                                    uint64_t hash, tpu_compiled_t* out) {
+  memset(out, 0, sizeof(*out));
+  if (max_outs < 0) max_outs = 0;
+  tpu_builder_t* b = NULL;
+  TPU_RETURN_IF_ERROR(tpu_builder_create(&b));
+  tpu_exec_op_t* x = tpu_exec_op_new(name, overload, args, nargs, s);
+  /* Sized by the caller: an op may return any number of results (+1: check.h's error word). */
+  tpu_val_t* outs = malloc(sizeof(tpu_val_t) * (size_t)(max_outs + 1));
+  tpu_status_t* st = NULL;
+  if (!x || !outs) st = TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "out of host memory");
+  int nouts = 0;
+  if (!st) st = tpu_exec_call(fn, b, x, max_outs, outs, &nouts);
+  /* check.h: an op with device-side checks returns its new error word last. */
+  tpu_val_t word = TPU_NOVAL;
+  if (!st) st = tpu_check_lower(b, &x->op, &word);
+  if (!st && word != TPU_NOVAL) outs[nouts++] = word;
   char* text = NULL;
   if (!st) st = tpu_builder_finish(b, nouts, outs, &text);
+  if (!st) st = tpu_exec_keep(b, &x->op, nouts, outs, out);
   if (!st) {
-    out->nouts = nouts;
-    out->out_avals = calloc((size_t)(nouts ? nouts : 1), sizeof(tpu_aval_t));
-    out->nparams = op->nparams;
-    out->params = calloc((size_t)(op->nparams ? op->nparams : 1), sizeof(tpu_param_src_t));
-    if (!out->out_avals || !out->params) st = TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "out of host memory");
-  }
-  if (!st) {
-    for (int i = 0; i < nouts; ++i) out->out_avals[i] = *tpu_b_aval(b, outs[i]);
-    memcpy(out->params, op->params, sizeof(tpu_param_src_t) * (size_t)op->nparams);
     tpu_dump_module(name, hash, text);
     st = tpu_executable_compile(text, strlen(text), nouts, &out->exe);
     if (st) st = tpu_status_annotate(st, "compiling aten::%s%s%s", name, *overload ? "." : "", overload);
   }
-  (void)overload;
+  if (!st && word != TPU_NOVAL) { /* the word is not one of the op's results */
+    out->nouts = nouts - 1;
+    out->checked = true;
+  }
   free(text);
-  free(vals);
-  free(op);
+  free(outs);
+  tpu_exec_op_free(x);
   tpu_builder_destroy(b);
   if (st) tpu_compiled_destroy(out);
   return st;
@@ -277,7 +331,15 @@ static tpu_status_t* tpu_scalar_bytes(const tpu_scalar_t* sc, tpu_dtype_t dtype,
   }
 }
 
-static tpu_status_t* tpu_exec_params(const tpu_compiled_t* c, int device, const tpu_arg_t* args,
+/* The generator an op draws from: its explicit Generator argument, else the
+ * device's default. */
+static tpu_generator_t* tpu_exec_generator(int device, const tpu_arg_t* args, int nargs) {
+  for (int i = 0; i < nargs; ++i)
+    if (args[i].kind == TPU_ARG_GENERATOR && args[i].u.generator) return args[i].u.generator;
+  return tpu_generator_default(device);
+}
+
+static tpu_status_t* tpu_exec_params(const tpu_compiled_t* c, int device, const tpu_arg_t* args, int nargs,
                                      const tpu_snapshot_t* s, tpu_buffer_t** bufs) {
   for (int p = 0; p < c->nparams; ++p) {
     const tpu_param_src_t* src = &c->params[p];
@@ -301,18 +363,81 @@ static tpu_status_t* tpu_exec_params(const tpu_compiled_t* c, int device, const 
         break;
       }
       case TPU_PARAM_RNG: {
-        uint64_t seed, offset;
-        tpu_rng_get_state(&seed, &offset);
-        int64_t state[2] = {(int64_t)seed, (int64_t)tpu_rng_next(1)};
+        tpu_generator_t* g = tpu_exec_generator(device, args, nargs);
+        if (!g) return TPU_STATUS(TPU_INVALID_ARGUMENT, "tpu:%d has no random generator", device);
+        uint64_t seed, first;
+        tpu_generator_next(g, 1, &seed, &first);
+        int64_t state[2] = {(int64_t)seed, (int64_t)first};
         int64_t two = 2;
         tpu_aval_t a = tpu_aval_make(TPU_I64, 1, &two);
         TPU_RETURN_IF_ERROR(tpu_buffer_from_host(device, state, &a, &bufs[p]));
         break;
       }
+      case TPU_PARAM_CHECK_WORD:
+      case TPU_PARAM_CHECK_CODE: break; /* filled by tpu_check_execute */
     }
   }
   return NULL;
 }
+
+/* ------------------------------------------- data-range pre-pass (TPU_LOWER_DATA_RANGE) */
+
+/* i64[2] = {min, max} of tensor argument 0 (integral, with elements). */
+static tpu_status_t* tpu_lower_data_range(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs,
+                                          int* out_nouts) {
+  (void)max_outs;
+  tpu_aval_t a = tpu_op_aval(op, 0);
+  int64_t n = tpu_aval_numel(&a), d0 = 0, one = 1;
+  tpu_val_t x = tpu_b_reshape(b, tpu_b_convert(b, tpu_op_tensor(b, op, 0), TPU_I64), 1, &n);
+  tpu_val_t lo = tpu_b_reduce(b, x, tpu_b_const_i(b, TPU_I64, INT64_MAX), 1, &d0, "stablehlo.minimum");
+  tpu_val_t hi = tpu_b_reduce(b, x, tpu_b_const_i(b, TPU_I64, INT64_MIN), 1, &d0, "stablehlo.maximum");
+  tpu_val_t parts[2] = {tpu_b_reshape(b, lo, 1, &one), tpu_b_reshape(b, hi, 1, &one)};
+  outs[0] = tpu_b_concat(b, 2, parts, 0);
+  *out_nouts = 1;
+  return NULL;
+}
+
+/* {min, max} of argument 0 read back to the host; {0, -1} when it is not an
+ * integral tensor with elements (the lowering then rejects or sizes by minlength). */
+static tpu_status_t* tpu_exec_data_range(int device, const tpu_arg_t* args, int nargs, int64_t range[2]) {
+  range[0] = 0;
+  range[1] = -1;
+  if (nargs < 1 || args[0].kind != TPU_ARG_TENSOR || !tpu_dtype_is_int(args[0].u.tensor.dtype)) return NULL;
+  const tpu_tensor_t* t = &args[0].u.tensor;
+  for (int d = 0; d < t->rank; ++d)
+    if (t->sizes[d] == 0) return NULL;
+  tpu_buffer_t* buf = NULL;
+  int n = 0;
+  TPU_RETURN_IF_ERROR(tpu_exec_run("tpu.data_range", "", tpu_lower_data_range, 0, device, args, 1, 1, &buf, &n));
+  tpu_status_t* st = n == 1 ? tpu_buffer_to_host(buf, range, 2 * sizeof(int64_t))
+                            : TPU_STATUS(TPU_INTERNAL, "data range: %d results", n);
+  tpu_buffer_release(buf);
+  /* Reading the range synchronised: report check failures (check.h) as a sync does. */
+  if (!st) st = tpu_check_sync(device);
+  return st;
+}
+
+/* Runs the op with its argument 0's {min, max} appended as two INT arguments. */
+static tpu_status_t* tpu_exec_run_ranged(const char* name, const char* overload, tpu_lower_fn_t fn, unsigned flags,
+                                         int device, const tpu_arg_t* args, int nargs, int max_outs,
+                                         tpu_buffer_t** out_buffers, int* out_nouts) {
+  int64_t range[2];
+  tpu_status_t* st = tpu_exec_data_range(device, args, nargs, range);
+  if (st) return tpu_status_annotate(st, "%s", name);
+  tpu_arg_t* ext = calloc((size_t)nargs + 2, sizeof(*ext));
+  if (!ext) return TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "out of host memory");
+  if (nargs > 0) memcpy(ext, args, sizeof(*ext) * (size_t)nargs);
+  for (int i = 0; i < 2; ++i) {
+    ext[nargs + i].kind = TPU_ARG_INT;
+    ext[nargs + i].u.i = range[i];
+  }
+  st = tpu_exec_run(name, overload, fn, flags & ~(unsigned)TPU_LOWER_DATA_RANGE, device, ext, nargs + 2, max_outs,
+                    out_buffers, out_nouts);
+  free(ext);
+  return st;
+}
+
+/* ----------------------------------------------------------- the entry point */
 
 tpu_status_t* tpu_exec_run(const char* name, const char* overload, tpu_lower_fn_t fn, unsigned flags, int device,
                            const tpu_arg_t* args, int nargs, int max_outs, tpu_buffer_t** out_buffers,
@@ -321,6 +446,8 @@ tpu_status_t* tpu_exec_run(const char* name, const char* overload, tpu_lower_fn_
   if (!tpu_runtime_initialized()) return TPU_STATUS(TPU_FAILED_PRECONDITION, "torchtpu runtime is not initialised");
   if (device < 0 || device >= tpu_runtime_device_count())
     return TPU_STATUS(TPU_INVALID_ARGUMENT, "tpu:%d is not a device", device);
+  if (flags & TPU_LOWER_DATA_RANGE)
+    return tpu_exec_run_ranged(name, overload, fn, flags, device, args, nargs, max_outs, out_buffers, out_nouts);
   if (!overload) overload = "";
   tpu_snapshot_t s;
   TPU_RETURN_IF_ERROR(tpu_snapshot_take(device, args, nargs, &s));
@@ -348,9 +475,11 @@ tpu_status_t* tpu_exec_run(const char* name, const char* overload, tpu_lower_fn_
     if (!bufs) st = TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "out of host memory");
     if (!st) {
       memset(bufs, 0, sizeof(*bufs) * (size_t)c->nparams);
-      st = tpu_exec_params(c, device, args, &s, bufs);
-      if (!st && c->nouts > max_outs) st = TPU_STATUS(TPU_INTERNAL, "%s: too many results", name);
-      if (!st) st = tpu_executable_execute(c->exe, device, c->nparams, bufs, c->nouts, c->out_avals, name, out_buffers);
+      /* Checked before the parameters: they may draw from the generator. */
+      if (c->nouts > max_outs) st = TPU_STATUS(TPU_INTERNAL, "%s: %d results, room for %d", name, c->nouts, max_outs);
+      if (!st) st = tpu_exec_params(c, device, args, nargs, &s, bufs);
+      if (!st && c->checked) st = tpu_check_execute(c, device, bufs, name, out_buffers);
+      else if (!st) st = tpu_executable_execute(c->exe, device, c->nparams, bufs, c->nouts, c->out_avals, name, out_buffers);
       if (!st) *out_nouts = c->nouts;
       for (int p = 0; p < c->nparams; ++p) tpu_buffer_release(bufs[p]);
       if (bufs != stack_bufs) free(bufs);

@@ -37,16 +37,22 @@ typedef enum tpu_param_kind {
   TPU_PARAM_OFFSET,     /* i64 storage offset of tensor (arg, item) */
   TPU_PARAM_SCALAR,     /* scalar arg converted to dtype */
   TPU_PARAM_RNG,        /* u64[2] = {seed, offset} drawn at execution */
+  TPU_PARAM_CHECK_WORD, /* check.h: the device's i64[2] error word */
+  TPU_PARAM_CHECK_CODE, /* check.h: i64 message id, held in `arg` */
 } tpu_param_kind_t;
 
 typedef struct tpu_param_src {
   tpu_param_kind_t kind;
-  int16_t arg, item; /* item: list index, -1 for a plain tensor */
+  int32_t arg, item; /* item: list index, -1 for a plain tensor (lists may be long) */
   tpu_dtype_t dtype; /* SCALAR: the parameter's dtype */
 } tpu_param_src_t;
 
-#define TPU_MAX_PARAMS 256
-#define TPU_MAX_RESULTS 64
+/* The first int list a lowering read into a buffer too small for it
+ * (tpu_op_ints): the executor turns it into an error naming the op. */
+typedef struct tpu_op_list_error {
+  int arg;      /* -1: none */
+  int len, cap; /* the list's length and the reader's buffer */
+} tpu_op_list_error_t;
 
 struct tpu_op {
   const char* name;
@@ -60,11 +66,20 @@ struct tpu_op {
   int nviews;
   int* view_base;          /* first view index of each arg */
   tpu_val_t* scalar_vals;  /* per arg, per dtype cache: [arg * TPU_DTYPE_COUNT + dtype] */
-  tpu_param_src_t params[TPU_MAX_PARAMS];
-  int nparams;
+  tpu_param_src_t* params; /* grown on demand: an op takes any number of operands */
+  int nparams, params_cap;
+  /* Written through from const accessors (tpu_op_ints), hence a pointer. */
+  tpu_op_list_error_t* list_error;
+  /* check.h: device-side checks recorded so far (tpu_op_check): whether any
+   * (false in the zeroed op), did one fail (0-d bool), the first failing one's
+   * i64[2] {id, value}. */
+  bool checked;
+  tpu_val_t check_bad, check_acc;
 };
 
 int tpu_op_view_index(const tpu_op_t* op, int arg, int item);
+/* Appends a parameter fed from `src` at execution time (check.c adds its own kinds). */
+tpu_val_t tpu_op_add_param(tpu_builder_t* b, tpu_op_t* op, tpu_param_src_t src, const tpu_aval_t* aval);
 /* The raw storage buffer of tensor (arg, item) as a value (a parameter). */
 tpu_val_t tpu_op_buffer(tpu_builder_t* b, tpu_op_t* op, int arg, int item);
 /* New storage buffer for tensor arg `arg` after writing `value` into its view. */

@@ -22,6 +22,8 @@ static const char* const kNames[] = {
     [TPU_METRIC_LIVE_BYTES] = "live_bytes",
     [TPU_METRIC_SYNCS] = "syncs",
     [TPU_METRIC_SLOT_SWAPS] = "slot_swaps",
+    [TPU_METRIC_CHECKED_OPS] = "index_checks",
+    [TPU_METRIC_CHECK_READS] = "check_reads",
 };
 static_assert(sizeof kNames / sizeof kNames[0] == TPU_METRIC_COUNT, "one name per metric");
 

@@ -1,5 +1,6 @@
 /* The op context seen by lowerings: argument access and lazily emitted
  * parameters (each records where its buffer comes from at execution time). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "exec.h"
@@ -101,7 +102,14 @@ int tpu_op_ints(const tpu_op_t* op, int i, int64_t* out, int cap) {
   if (a->kind != TPU_ARG_INT_LIST) return 0;
   int n = a->u.list.n < cap ? a->u.list.n : cap;
   for (int k = 0; k < n; ++k) out[k] = a->u.list.ints[k];
-  return a->u.list.n;
+  /* A longer list than the reader can hold: return what was copied, so no caller
+   * reads past `out`, and record it; the executor fails the op with it. */
+  if (a->u.list.n > n && op->list_error && op->list_error->arg < 0) {
+    op->list_error->arg = i;
+    op->list_error->len = a->u.list.n;
+    op->list_error->cap = cap;
+  }
+  return n;
 }
 
 int tpu_op_view_index(const tpu_op_t* op, int arg, int item) {
@@ -112,12 +120,17 @@ int tpu_op_view_index(const tpu_op_t* op, int arg, int item) {
   return -1;
 }
 
-static tpu_val_t tpu_op_add_param(tpu_builder_t* b, tpu_op_t* op, tpu_param_src_t src,
-                                  const tpu_aval_t* aval) {
+tpu_val_t tpu_op_add_param(tpu_builder_t* b, tpu_op_t* op, tpu_param_src_t src, const tpu_aval_t* aval) {
   if (!tpu_b_ok(b)) return TPU_NOVAL;
-  if (op->nparams >= TPU_MAX_PARAMS) {
-    TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "%s: more than %d operands", op->name, TPU_MAX_PARAMS);
-    return TPU_NOVAL;
+  if (op->nparams == op->params_cap) {
+    int cap = op->params_cap ? op->params_cap * 2 : 32;
+    tpu_param_src_t* p = realloc(op->params, sizeof(*p) * (size_t)cap);
+    if (!p) {
+      TPU_B_FAIL(b, TPU_RESOURCE_EXHAUSTED, "%s: out of host memory for %d operands", op->name, cap);
+      return TPU_NOVAL;
+    }
+    op->params = p;
+    op->params_cap = cap;
   }
   op->params[op->nparams++] = src;
   return tpu_b_param(b, aval);
@@ -140,7 +153,7 @@ tpu_val_t tpu_op_buffer(tpu_builder_t* b, tpu_op_t* op, int arg, int item) {
     TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "%s: argument %d is None", op->name, arg);
     return TPU_NOVAL;
   } else {
-    tpu_param_src_t src = {TPU_PARAM_BUFFER, (int16_t)arg, (int16_t)item, TPU_F32};
+    tpu_param_src_t src = {TPU_PARAM_BUFFER, arg, item, TPU_F32};
     val = tpu_op_add_param(b, op, src, &v->buffer_aval);
   }
   op->buffer_vals[vi] = val;
@@ -148,7 +161,7 @@ tpu_val_t tpu_op_buffer(tpu_builder_t* b, tpu_op_t* op, int arg, int item) {
 }
 
 static tpu_val_t tpu_op_offset(tpu_builder_t* b, tpu_op_t* op, int arg, int item) {
-  tpu_param_src_t src = {TPU_PARAM_OFFSET, (int16_t)arg, (int16_t)item, TPU_I64};
+  tpu_param_src_t src = {TPU_PARAM_OFFSET, arg, item, TPU_I64};
   tpu_aval_t a = tpu_aval_make(TPU_I64, 0, NULL);
   return tpu_op_add_param(b, op, src, &a);
 }
@@ -214,7 +227,7 @@ tpu_val_t tpu_op_scalar(tpu_builder_t* b, tpu_op_t* op, int i, tpu_dtype_t as) {
   tpu_val_t* cached = &op->scalar_vals[i * TPU_DTYPE_COUNT + (int)as];
   if (*cached != TPU_NOVAL) return *cached;
   tpu_dtype_t carrier = tpu_scalar_carrier(as);
-  tpu_param_src_t src = {TPU_PARAM_SCALAR, (int16_t)i, -1, carrier};
+  tpu_param_src_t src = {TPU_PARAM_SCALAR, i, -1, carrier};
   tpu_aval_t av = tpu_aval_make(carrier, 0, NULL);
   tpu_val_t v = tpu_op_add_param(b, op, src, &av);
   *cached = tpu_b_convert(b, v, as);

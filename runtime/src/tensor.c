@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "exec.h"
 
 int64_t tpu_tensor_numel(const tpu_tensor_t* t) {
@@ -60,22 +61,11 @@ static tpu_status_t* tpu_read_lengths(const char* name, tpu_buffer_t** bufs, int
   return st;
 }
 
-tpu_status_t* tpu_op_run(const char* name, const char* overload, int device, const tpu_arg_t* args,
-                         int nargs, int max_results, tpu_result_t* out_results, int* out_nresults) {
-  *out_nresults = 0;
-  tpu_lower_fn_t fn = tpu_lowering_find(name);
-  if (!fn)
-    return TPU_STATUS(TPU_UNIMPLEMENTED, "no lowering for aten::%s%s%s", name, overload && *overload ? "." : "",
-                      overload ? overload : "");
-  tpu_buffer_t* bufs[TPU_MAX_RESULTS];
-  int n = 0;
-  unsigned flags = tpu_lowering_flags(name);
-  int cap = max_results < TPU_MAX_RESULTS - 1 ? max_results : TPU_MAX_RESULTS - 1;
-  if (flags & TPU_LOWER_DYNAMIC_SHAPE) cap++;
-  tpu_status_t* st = tpu_exec_run(name, overload, fn, flags, device, args, nargs, cap, bufs, &n);
-  if (st) return st;
-  int64_t lengths[TPU_MAX_RESULTS];
-  if (flags & TPU_LOWER_DYNAMIC_SHAPE) st = tpu_read_lengths(name, bufs, &n, lengths);
+/* Wraps the op's output buffers (all consumed) as results; trims the sizes of a
+ * dynamic-shape op by its lengths. */
+static tpu_status_t* tpu_op_results(int device, unsigned flags, tpu_buffer_t** bufs, int n, const int64_t* lengths,
+                                    tpu_result_t* out_results) {
+  tpu_status_t* st = NULL;
   for (int i = 0; i < n; ++i) {
     const tpu_aval_t* a = tpu_buffer_aval(bufs[i]);
     tpu_result_t* r = &out_results[i];
@@ -91,12 +81,66 @@ tpu_status_t* tpu_op_run(const char* name, const char* overload, int device, con
     }
     tpu_buffer_release(bufs[i]);
   }
-  if (st) {
+  if (st)
     for (int i = 0; i < n; ++i) tpu_storage_release(out_results[i].storage);
-    return st;
-  }
-  *out_nresults = n;
+  return st;
+}
+
+/* A copy of `args` with the op's runtime float (ops/table.c) turned into a
+ * runtime scalar operand, or *out_args NULL when there is none to convert. */
+static tpu_status_t* tpu_op_runtime_floats(const char* name, const tpu_arg_t* args, int nargs,
+                                           tpu_arg_t** out_args) {
+  *out_args = NULL;
+  int i = tpu_lowering_runtime_float(name);
+  if (i < 0 || i >= nargs || args[i].kind != TPU_ARG_FLOAT) return NULL;
+  tpu_arg_t* copy = malloc(sizeof(*copy) * (size_t)nargs);
+  if (!copy) return TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "%s: out of host memory", name);
+  memcpy(copy, args, sizeof(*copy) * (size_t)nargs);
+  const double v = args[i].u.f;
+  memset(&copy[i], 0, sizeof(copy[i]));
+  copy[i].kind = TPU_ARG_SCALAR;
+  copy[i].u.scalar.dtype = TPU_F64;
+  copy[i].u.scalar.wrapped = true;
+  copy[i].u.scalar.f = v;
+  *out_args = copy;
   return NULL;
+}
+
+tpu_status_t* tpu_op_run(const char* name, const char* overload, int device, const tpu_arg_t* args,
+                         int nargs, int max_results, tpu_result_t* out_results, int* out_nresults) {
+  *out_nresults = 0;
+  tpu_lower_fn_t fn = tpu_lowering_find(name);
+  if (!fn)
+    return TPU_STATUS(TPU_UNIMPLEMENTED, "no lowering for aten::%s%s%s", name, overload && *overload ? "." : "",
+                      overload ? overload : "");
+  unsigned flags = tpu_lowering_flags(name);
+  int cap = max_results > 0 ? max_results : 0;
+  if (flags & TPU_LOWER_DYNAMIC_SHAPE) cap++; /* room for the lengths vector */
+  /* Sized by the caller's bound: no fixed cap on the number of results. */
+  tpu_buffer_t** bufs = calloc((size_t)(cap ? cap : 1), sizeof(*bufs));
+  int64_t* lengths = calloc((size_t)(cap ? cap : 1), sizeof(*lengths));
+  int n = 0;
+  tpu_status_t* st = bufs && lengths ? NULL : TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "out of host memory");
+  tpu_arg_t* own_args = NULL;
+  if (!st) st = tpu_op_runtime_floats(name, args, nargs, &own_args);
+  if (own_args) args = own_args;
+  if (!st) st = tpu_exec_run(name, overload, fn, flags, device, args, nargs, cap, bufs, &n);
+  free(own_args);
+  if (!st && (flags & TPU_LOWER_DYNAMIC_SHAPE)) st = tpu_read_lengths(name, bufs, &n, lengths);
+  /* Reading the lengths synchronised: report check failures (check.h) as a sync does. */
+  if (!st && (flags & TPU_LOWER_DYNAMIC_SHAPE) && (st = tpu_check_sync(device)) != NULL) {
+    for (int i = 0; i < n; ++i) tpu_buffer_release(bufs[i]);
+    n = 0;
+  }
+  if (!st && n > max_results) {
+    for (int i = 0; i < n; ++i) tpu_buffer_release(bufs[i]);
+    st = TPU_STATUS(TPU_INTERNAL, "%s: %d results, room for %d", name, n, max_results);
+  }
+  if (!st) st = tpu_op_results(device, flags, bufs, n, lengths, out_results);
+  free(bufs);
+  free(lengths);
+  if (!st) *out_nresults = n;
+  return st;
 }
 
 bool tpu_op_supported(const char* name) { return tpu_lowering_find(name) != NULL; }
@@ -204,7 +248,7 @@ tpu_status_t* tpu_tensor_upload(const tpu_tensor_t* dst, const void* host, tpu_d
   return st;
 }
 
-tpu_status_t* tpu_tensor_download(const tpu_tensor_t* src, void* host, size_t host_nbytes) {
+static tpu_status_t* tpu_tensor_download_data(const tpu_tensor_t* src, void* host, size_t host_nbytes) {
   TPU_RETURN_IF_ERROR(tpu_check_tensor(src, "download"));
   size_t need = (size_t)tpu_tensor_numel(src) * tpu_dtype_size(src->dtype);
   if (host_nbytes != need)
@@ -230,4 +274,10 @@ tpu_status_t* tpu_tensor_download(const tpu_tensor_t* src, void* host, size_t ho
   tpu_status_t* st = tpu_buffer_to_host(buf, host, need);
   tpu_buffer_release(buf);
   return st;
+}
+
+/* A download is a sync point: device-side check failures (check.h) surface here. */
+tpu_status_t* tpu_tensor_download(const tpu_tensor_t* src, void* host, size_t host_nbytes) {
+  TPU_RETURN_IF_ERROR(tpu_tensor_download_data(src, host, host_nbytes));
+  return tpu_check_sync(tpu_storage_device(src->storage));
 }

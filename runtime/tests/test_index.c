@@ -10,7 +10,7 @@ static float ix_iota[24] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15
 TEST(index_select_and_gather) {
   tpu_tensor_t x, idx, out;
   ASSERT_OK(kit_tensor(TPU_F32, 2, (int64_t[]){3, 4}, ix_iota, &x));
-  int64_t iv[2] = {2, -4}; /* negative wraps */
+  int64_t iv[2] = {2, 0}; /* negative indices are out of range for index_select (test_check.c) */
   ASSERT_OK(kit_tensor(TPU_I64, 1, (int64_t[]){2}, iv, &idx));
   tpu_arg_t args[3] = {kit_arg_tensor(&x), kit_arg_int(1), kit_arg_tensor(&idx)};
   ASSERT_OK(kit_run1("index_select", "", args, 3, &out));

@@ -133,18 +133,34 @@ TEST(metrics_names_and_reset) {
 }
 
 TEST(rng_state) {
+  tpu_generator_t* d = tpu_generator_default(0);
+  ASSERT(d != NULL);
+  EXPECT(tpu_generator_default(0) == d);
+  EXPECT(tpu_generator_default(-1) == NULL);
   uint64_t seed0, off0;
-  tpu_rng_get_state(&seed0, &off0);
-  tpu_rng_set_seed(42);
-  EXPECT_EQ_INT(tpu_rng_seed(), 42);
-  EXPECT_EQ_INT(tpu_rng_next(10), 0);
-  EXPECT_EQ_INT(tpu_rng_next(5), 10);
-  uint64_t seed, off;
-  tpu_rng_get_state(&seed, &off);
+  tpu_generator_get_state(d, &seed0, &off0);
+  tpu_generator_set_seed(d, 42);
+  EXPECT_EQ_INT(tpu_generator_seed(d), 42);
+  uint64_t seed, first;
+  tpu_generator_next(d, 10, &seed, &first);
+  EXPECT_EQ_INT(seed, 42);
+  EXPECT_EQ_INT(first, 0);
+  tpu_generator_next(d, 5, &seed, &first);
+  EXPECT_EQ_INT(first, 10);
+  uint64_t off;
+  tpu_generator_get_state(d, &seed, &off);
   EXPECT_EQ_INT(off, 15);
-  tpu_rng_set_state(7, 100);
-  EXPECT_EQ_INT(tpu_rng_next(1), 100);
-  tpu_rng_set_state(seed0, off0);
+  /* A generator of its own never moves the default one. */
+  tpu_generator_t* g = NULL;
+  ASSERT_OK(tpu_generator_create(7, &g));
+  tpu_generator_set_state(g, 7, 100);
+  tpu_generator_next(g, 1, &seed, &first);
+  EXPECT_EQ_INT(first, 100);
+  tpu_generator_get_state(d, &seed, &off);
+  EXPECT_EQ_INT(off, 15);
+  tpu_generator_destroy(g);
+  tpu_generator_destroy(NULL);
+  tpu_generator_set_state(d, seed0, off0);
 }
 
 /* ---- plugin and client ---- */

@@ -61,10 +61,10 @@ TEST(random_normal_seed_replays) {
   tpu_tensor_t self;
   ASSERT_OK(rnd_empty(TPU_F32, RND_N, &self));
   tpu_arg_t args[3] = {kit_arg_tensor(&self), kit_arg_float(1.0), kit_arg_float(2.0)};
-  tpu_rng_set_seed(1234);
+  tpu_generator_set_seed(tpu_generator_default(0), 1234);
   float* a = rnd_run("normal", "", args, 3, RND_N);
   float* b = rnd_run("normal", "", args, 3, RND_N);
-  tpu_rng_set_seed(1234);
+  tpu_generator_set_seed(tpu_generator_default(0), 1234);
   float* c = rnd_run("normal", "", args, 3, RND_N);
   ASSERT(a && b && c);
   EXPECT(memcmp(a, c, RND_N * sizeof(float)) == 0);

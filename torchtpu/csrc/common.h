@@ -26,6 +26,8 @@ int device_count();  // 0 when the runtime is not initialised
 c10::DataPtr make_data_ptr(tpu_storage_t* storage, c10::DeviceIndex device);
 // Grows/shrinks a storage's bytes on the device (keeps the common prefix).
 void resize_storage_bytes(const c10::Storage& storage, size_t nbytes);
+// The runtime generator behind a tpu torch.Generator (borrowed).
+tpu_generator_t* generator_state(const at::Generator& gen);
 
 // ---- helpers (inline) ----
 

@@ -2,9 +2,12 @@
 // generator, PrivateUse1 hooks, and the torchtpu._C Python module.
 #include <ATen/core/GeneratorForPrivateuseone.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <c10/core/impl/alloc_cpu.h>
 #include <c10/core/GeneratorImpl.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/CallOnce.h>
+
+#include <torch/csrc/Generator.h>
 
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -196,30 +199,43 @@ C10_REGISTER_GUARD_IMPL(PrivateUse1, TpuGuardImpl);
 
 // ------------------------------------------------------------- generator ----
 
-// The RNG state (seed, offset) lives in the C runtime; it is process-wide, so
-// every tpu generator object views the same state.
+// The RNG state (seed, offset) lives in a C runtime generator. A device's
+// default generator views the runtime's default for that device (borrowed);
+// `torch.Generator(device="tpu")` and clones own a generator of their own.
+tpu_generator_t* new_generator_state(uint64_t seed) {
+  tpu_generator_t* g = nullptr;
+  tpu_status_t* st = tpu_generator_create(seed, &g);
+  if (st) throw_status(st, "tpu: creating a generator");
+  return g;
+}
+
 struct TpuGeneratorImpl : public c10::GeneratorImpl {
-  explicit TpuGeneratorImpl(c10::DeviceIndex index = -1)
-      : c10::GeneratorImpl(c10::Device(kTpu, index), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1)) {}
-  ~TpuGeneratorImpl() override = default;
+  TpuGeneratorImpl(c10::DeviceIndex index, tpu_generator_t* gen, bool owned)
+      : c10::GeneratorImpl(c10::Device(kTpu, index), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1)),
+        gen_(gen),
+        owned_(owned) {}
+  ~TpuGeneratorImpl() override {
+    if (owned_) tpu_generator_destroy(gen_);
+  }
 
   static c10::DeviceType device_type() { return kTpu; }
+  tpu_generator_t* state() const { return gen_; }
 
-  void set_current_seed(uint64_t seed) override { tpu_rng_set_seed(seed); }
+  void set_current_seed(uint64_t seed) override { tpu_generator_set_seed(gen_, seed); }
   void set_offset(uint64_t offset) override {
     uint64_t seed = 0, old = 0;
-    tpu_rng_get_state(&seed, &old);
-    tpu_rng_set_state(seed, offset);
+    tpu_generator_get_state(gen_, &seed, &old);
+    tpu_generator_set_state(gen_, seed, offset);
   }
   uint64_t get_offset() const override {
     uint64_t seed = 0, off = 0;
-    tpu_rng_get_state(&seed, &off);
+    tpu_generator_get_state(gen_, &seed, &off);
     return off;
   }
-  uint64_t current_seed() const override { return tpu_rng_seed(); }
+  uint64_t current_seed() const override { return tpu_generator_seed(gen_); }
   uint64_t seed() override {
     const uint64_t s = c10::detail::getNonDeterministicRandom();
-    tpu_rng_set_seed(s);
+    tpu_generator_set_seed(gen_, s);
     return s;
   }
   void set_state(const c10::TensorImpl& new_state) override {
@@ -229,24 +245,35 @@ struct TpuGeneratorImpl : public c10::GeneratorImpl {
     TORCH_CHECK(new_state.is_contiguous(), "tpu: RNG state must be contiguous");
     uint64_t v[2];
     std::memcpy(v, new_state.data(), sizeof(v));
-    tpu_rng_set_state(v[0], v[1]);
+    tpu_generator_set_state(gen_, v[0], v[1]);
   }
   c10::intrusive_ptr<c10::TensorImpl> get_state() const override {
     at::Tensor t = at::empty({16}, at::TensorOptions().dtype(at::kByte).device(at::kCPU));
     uint64_t v[2];
-    tpu_rng_get_state(&v[0], &v[1]);
+    tpu_generator_get_state(gen_, &v[0], &v[1]);
     std::memcpy(t.data_ptr(), v, sizeof(v));
     return t.getIntrusivePtr();
   }
 
  private:
-  TpuGeneratorImpl* clone_impl() const override { return new TpuGeneratorImpl(device().index()); }
+  TpuGeneratorImpl* clone_impl() const override {
+    uint64_t seed = 0, off = 0;
+    tpu_generator_get_state(gen_, &seed, &off);
+    tpu_generator_t* g = new_generator_state(seed);
+    tpu_generator_set_state(g, seed, off);
+    return new TpuGeneratorImpl(device().index(), g, /*owned=*/true);
+  }
+  tpu_generator_t* gen_;
+  bool owned_;
 };
 
+// A new generator of its own, seeded like a fresh CUDA generator.
 at::Generator make_generator(c10::DeviceIndex index) {
   if (index < 0) index = current_device();
-  return at::make_generator<TpuGeneratorImpl>(index);
+  return at::make_generator<TpuGeneratorImpl>(index, new_generator_state(c10::default_rng_seed_val),
+                                              /*owned=*/true);
 }
+
 
 const at::Generator& default_generator(c10::DeviceIndex index) {
   static std::mutex mu;
@@ -254,8 +281,60 @@ const at::Generator& default_generator(c10::DeviceIndex index) {
   if (index < 0) index = current_device();
   std::lock_guard<std::mutex> lock(mu);
   auto& slot = gens[index];
-  if (!slot) slot = std::make_unique<at::Generator>(make_generator(index));
+  if (!slot) {
+    tpu_generator_t* g = tpu_generator_default(index);
+    TORCH_CHECK(g != nullptr, "tpu: no generator for device ", int(index));
+    slot = std::make_unique<at::Generator>(at::make_generator<TpuGeneratorImpl>(index, g, /*owned=*/false));
+  }
   return *slot;
+}
+
+// ------------------------------------------------------- pinned memory ----
+
+// PJRT copies host data during BufferFromHostBuffer from any host memory, so
+// there is nothing to page-lock: "pinned" tpu host memory is ordinary aligned
+// host memory that remembers it was asked for as pinned. That gives
+// `t.pin_memory()`, `is_pinned()` and `DataLoader(pin_memory=True)` their
+// PyTorch semantics (a pinned copy, reported as pinned) on every plugin.
+class PinnedAllocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(size_t nbytes) override {
+    void* p = nbytes ? c10::alloc_cpu(nbytes) : nullptr;
+    if (p) {
+      std::lock_guard<std::mutex> lock(mu_);
+      live_[p] = nbytes;
+    }
+    return c10::DataPtr(p, p, &release, c10::Device(c10::DeviceType::CPU));
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+  // True for any address inside a live pinned allocation.
+  bool owns(const void* p) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = live_.upper_bound(const_cast<void*>(p));
+    if (it == live_.begin()) return false;
+    --it;
+    const char* base = static_cast<const char*>(it->first);
+    return static_cast<const char*>(p) < base + it->second;
+  }
+
+ private:
+  static void release(void* p);
+  mutable std::mutex mu_;
+  std::map<void*, size_t> live_;
+};
+
+PinnedAllocator g_pinned;
+
+void PinnedAllocator::release(void* p) {
+  if (!p) return;
+  {
+    std::lock_guard<std::mutex> lock(g_pinned.mu_);
+    g_pinned.live_.erase(p);
+  }
+  c10::free_cpu(p);
 }
 
 // ----------------------------------------------------------------- hooks ----
@@ -287,10 +366,8 @@ struct TpuHooks final : public at::PrivateUse1HooksInterface {
   // Data pointers are opaque handles (possibly offset into a storage): never
   // dereference them; report the current device.
   at::Device getDeviceFromPtr(void*) const override { return c10::Device(kTpu, current_device()); }
-  bool isPinnedPtr(const void*) const override { return false; }
-  c10::Allocator* getPinnedMemoryAllocator() const override {
-    TORCH_CHECK(false, "tpu: pinned host memory is not supported");
-  }
+  bool isPinnedPtr(const void* p) const override { return g_pinned.owns(p); }
+  c10::Allocator* getPinnedMemoryAllocator() const override { return &g_pinned; }
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
     resize_storage_bytes(storage, newsize);
   }
@@ -306,6 +383,12 @@ struct Registrar {
 Registrar g_registrar;
 
 }  // namespace
+
+tpu_generator_t* generator_state(const at::Generator& gen) {
+  TORCH_CHECK(gen.device().type() == kTpu, "tpu: expected a tpu generator, got one for ", gen.device());
+  return static_cast<TpuGeneratorImpl*>(gen.unsafeGetGeneratorImpl())->state();
+}
+
 }  // namespace torchtpu
 
 // --------------------------------------------------------- python module ----
@@ -368,14 +451,11 @@ PYBIND11_MODULE(_C, m) {
     return d;
   });
   m.def("reset_metrics", []() { tpu_metrics_reset(); });
-  m.def("manual_seed", [](uint64_t seed) { tpu_rng_set_seed(seed); });
-  m.def("initial_seed", []() { return tpu_rng_seed(); });
-  m.def("get_rng_state", []() {
-    uint64_t seed = 0, offset = 0;
-    tpu_rng_get_state(&seed, &offset);
-    return py::make_tuple(seed, offset);
+  m.def("default_generator", [](int index) {
+    TORCH_CHECK(index >= 0 && index < device_count(), "tpu: invalid device index ", index);
+    return py::reinterpret_steal<py::object>(
+        THPGenerator_initDefaultGenerator(default_generator(static_cast<c10::DeviceIndex>(index))));
   });
-  m.def("set_rng_state", [](uint64_t seed, uint64_t offset) { tpu_rng_set_state(seed, offset); });
   m.def("current_device", []() { return static_cast<int>(current_device()); });
   m.def("set_device", [](int i) { set_current_device(static_cast<c10::DeviceIndex>(i)); });
 }

@@ -302,7 +302,7 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   std::deque<std::vector<tpu_tensor_t>> tensor_lists;
   std::deque<std::string> strings;
   std::vector<at::Tensor> keep_alive;
-  int list_elems = 0;
+  int list_elems = 0;  // tensor- and int-list elements: they bound list-valued results
 
   for (size_t i = 0; i < nargs; ++i) {
     const c10::Argument& a = sargs[i];
@@ -374,6 +374,7 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
             arg.kind = TPU_ARG_INT_LIST;
             arg.u.list.n = n;
             arg.u.list.ints = vec.data();
+            list_elems += n;
             break;
           }
           case c10::TypeKind::FloatType: {
@@ -432,6 +433,7 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
         break;
       case c10::TypeKind::GeneratorType:
         arg.kind = TPU_ARG_GENERATOR;
+        arg.u.generator = generator_state(v.toGenerator());
         break;
       default:
         TORCH_CHECK(false, "tpu: ", full, ": argument '", a.name(), "' of type ", *a.type(),
@@ -458,6 +460,9 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     const c10::IValue& v = arg_at(i);
     nwrite += v.isTensorList() ? static_cast<int>(v.toListRef().size()) : 1;
   }
+  // An upper bound on the results, sized by this call's arguments (no fixed cap):
+  // one per return and per written tensor, and list-valued returns are at most as
+  // long as the lists the op was given (split_with_sizes, _foreach_*), plus slack.
   const int cap = static_cast<int>(rets.size()) + nwrite + list_elems + 16;
   Results rs(cap);
   tpu_status_t* st = tpu_op_run(name.c_str(), overload.c_str(), device, args.data(),

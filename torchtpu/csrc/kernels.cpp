@@ -258,9 +258,29 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> tpu_native_batch_norm(
   return at::_native_batch_norm_legit(input, weight, bias, training, momentum, eps);
 }
 
+// Module._apply and `param.data = t` keep a parameter's identity only when this
+// holds; c10's own list of dense backends leaves out PrivateUse1, so without it
+// `model.to("tpu")` replaces parameters and unties shared weights (GPT-2's
+// lm_head/wte), and FSDP2's `param.data = ...` raises. Dense strided tensors of
+// any dense backend (ours included) are compatible, exactly as CPU and CUDA are.
+bool tpu_has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  auto dense = [](const at::Tensor& t) {
+    constexpr auto backends = c10::DispatchKeySet(
+        {c10::BackendComponent::CPUBit, c10::BackendComponent::CUDABit, c10::BackendComponent::MPSBit,
+         c10::BackendComponent::HIPBit, c10::BackendComponent::XPUBit, c10::BackendComponent::HPUBit,
+         c10::BackendComponent::MTIABit, c10::BackendComponent::PrivateUse1Bit});
+    const c10::DispatchKeySet ks = t.key_set();
+    return t.layout() == at::kStrided && ks.has_any(c10::DispatchKeySet(c10::DispatchKey::Dense)) &&
+           ks.has_any(backends);
+  };
+  if (dense(self) && dense(from)) return true;
+  return self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(from.key_set());
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_has_compatible_shallow_copy_type", TORCH_FN(tpu_has_compatible_shallow_copy_type));
   m.impl("empty.memory_format", TORCH_FN(tpu_empty));
   m.impl("empty_strided", TORCH_FN(tpu_empty_strided));
   m.impl("as_strided", TORCH_FN(tpu_as_strided));

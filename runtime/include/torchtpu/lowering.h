@@ -37,7 +37,9 @@ int64_t tpu_op_int(const tpu_op_t* op, int i, int64_t dflt);
 double tpu_op_float(const tpu_op_t* op, int i, double dflt);
 bool tpu_op_bool(const tpu_op_t* op, int i, bool dflt);
 tpu_dtype_t tpu_op_dtype(const tpu_op_t* op, int i, tpu_dtype_t dflt);
-/* INT_LIST values (also accepts a single INT as a list of one). */
+/* INT_LIST values (also accepts a single INT as a list of one). Returns the
+ * number copied, at most cap: a longer list fails the op (TPU_INVALID_ARGUMENT
+ * naming it) once the lowering returns, so callers never read past `out`. */
 int tpu_op_ints(const tpu_op_t* op, int i, int64_t* out, int cap);
 
 /* The value of tensor argument i (or list element j), materialised from its
@@ -66,6 +68,11 @@ enum {
   /* Factories reached through their out= variant (arange.start_out, eye.m_out):
    * the binding appends the out tensor's dtype as a trailing TPU_ARG_DTYPE. */
   TPU_LOWER_OUT_DTYPE = 1u << 2,
+  /* Output sizes that depend on the data's range (bincount): the runtime first
+   * reads min and max of tensor argument 0 (a sync; integer tensors only) and
+   * appends them as two trailing TPU_ARG_INTs, 0 and -1 when it is empty. They
+   * join the cache key like any static argument. */
+  TPU_LOWER_DATA_RANGE = 1u << 3,
 };
 
 typedef struct tpu_lowering {
@@ -88,10 +95,15 @@ extern const tpu_lowering_t tpu_lowerings_special[];
 extern const tpu_lowering_t tpu_lowerings_linalg[];
 extern const tpu_lowering_t tpu_lowerings_lu[];
 extern const tpu_lowering_t tpu_lowerings_misc[];
+extern const tpu_lowering_t tpu_lowerings_nn_models[];
+extern const tpu_lowering_t tpu_lowerings_optim[];
 
 tpu_lower_fn_t tpu_lowering_find(const char* name);
 /* TPU_LOWER_* flags of an op (listed in ops/table.c). */
 unsigned tpu_lowering_flags(const char* name);
+/* The index of op `name`'s float argument that is a runtime operand (ops/table.c),
+ * or -1. tpu_op_run passes it to the lowering as a TPU_ARG_SCALAR. */
+int tpu_lowering_runtime_float(const char* name);
 /* Number of distinct lowered names, and of names defined twice (must be 0). */
 int tpu_lowering_count(void);
 int tpu_lowering_table_duplicates(void);

@@ -41,13 +41,20 @@ tpu_eager_mode_t tpu_runtime_eager_mode(void);
 /* Waits until all work issued so far has finished; returns the first async error. */
 tpu_status_t* tpu_runtime_synchronize(void);
 
-/* RNG: a (seed, offset) pair per process; every random op consumes offsets. */
-void tpu_rng_set_seed(uint64_t seed);
-uint64_t tpu_rng_seed(void);
-void tpu_rng_get_state(uint64_t* out_seed, uint64_t* out_offset);
-void tpu_rng_set_state(uint64_t seed, uint64_t offset);
-/* Reserves `n` offsets; returns the first. */
-uint64_t tpu_rng_next(uint64_t n);
+/* Random generators: a (seed, offset) pair each; every random op consumes
+ * offsets. Each device has a default generator (borrowed, lives as long as the
+ * process; NULL for an index out of range); tpu_generator_create returns an owned
+ * one that tpu_generator_destroy frees (NULL accepted). Thread-safe. */
+typedef struct tpu_generator tpu_generator_t;
+tpu_status_t* tpu_generator_create(uint64_t seed, tpu_generator_t** out_generator);
+void tpu_generator_destroy(tpu_generator_t* generator);
+tpu_generator_t* tpu_generator_default(int device);
+void tpu_generator_set_seed(tpu_generator_t* generator, uint64_t seed);
+uint64_t tpu_generator_seed(tpu_generator_t* generator);
+void tpu_generator_get_state(tpu_generator_t* generator, uint64_t* out_seed, uint64_t* out_offset);
+void tpu_generator_set_state(tpu_generator_t* generator, uint64_t seed, uint64_t offset);
+/* Reserves `n` offsets atomically: the seed and the first reserved offset. */
+void tpu_generator_next(tpu_generator_t* generator, uint64_t n, uint64_t* out_seed, uint64_t* out_first);
 
 /* Metrics (DESIGN.md §10). Counters only grow; live_* are gauges. */
 typedef enum tpu_metric {
@@ -68,6 +75,8 @@ typedef enum tpu_metric {
   TPU_METRIC_LIVE_BYTES,
   TPU_METRIC_SYNCS,
   TPU_METRIC_SLOT_SWAPS,
+  TPU_METRIC_CHECKED_OPS, /* executions of ops with device-side index checks */
+  TPU_METRIC_CHECK_READS, /* downloads of a device's error word at sync points */
   TPU_METRIC_COUNT
 } tpu_metric_t;
 const char* tpu_metric_name(tpu_metric_t m);

@@ -67,7 +67,7 @@ typedef enum tpu_arg_kind {
   TPU_ARG_BOOL_LIST,
   TPU_ARG_DTYPE,        /* ScalarType */
   TPU_ARG_STRING,
-  TPU_ARG_GENERATOR,    /* the default device generator */
+  TPU_ARG_GENERATOR,    /* u.generator: a generator, NULL for the device's default */
   TPU_ARG_KIND_COUNT
 } tpu_arg_kind_t;
 
@@ -89,6 +89,7 @@ typedef struct tpu_arg {
     bool b;
     tpu_dtype_t dtype;
     const char* str;
+    tpu_generator_t* generator; /* borrowed */
     struct {
       int32_t n;
       const int64_t* ints;       /* INT_LIST */

@@ -64,10 +64,12 @@ static tpu_dtype_t tpu_range_acc(tpu_dtype_t out) {
   return out == TPU_F64 ? TPU_F64 : TPU_F32;
 }
 
-/* Rejects dtypes PyTorch's range kernels do not cover (bool, complex). */
+/* Rejects dtypes PyTorch's range kernels do not cover (bool, complex), with the
+ * CPU kernel's words ("arange_cpu" not implemented for 'Bool') so that tests can
+ * tell this dtype error from a missing lowering. */
 static bool tpu_range_dtype_ok(tpu_builder_t* b, const char* what, tpu_dtype_t out) {
   if (out == TPU_BOOL || tpu_dtype_is_complex(out)) {
-    TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "\"%s\" not implemented for '%s'", what, tpu_dtype_name(out));
+    TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "\"%s_cpu\" not implemented for '%s'", what, tpu_dtype_scalar_type_name(out));
     return false;
   }
   return true;

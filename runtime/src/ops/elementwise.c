@@ -222,9 +222,23 @@ EW_MAP_FN(map_sinc) {
   return ew_sel(b, ew_cmpc(b, "EQ", x, 0.0), ew_c(b, x, 1.0), ew_div(b, ew_un(b, "stablehlo.sine", px), px));
 }
 EW_MAP_FN(map_relu) { EW_UNUSED; return ew_max(b, x, ew_c(b, x, 0.0)); }
-EW_MAP_FN(map_silu) { EW_UNUSED; return ew_mul(b, x, ew_sigmoid(b, x)); }
-EW_MAP_FN(map_mish) { EW_UNUSED; return ew_mul(b, x, ew_un(b, "stablehlo.tanh", ew_softplus_raw(b, x))); }
-EW_MAP_FN(map_hardswish) { EW_UNUSED; return ew_div(b, ew_mul(b, x, ew_relu6_shift3(b, x)), ew_c(b, x, 6.0)); }
+/* x * f(x) with f(-inf) = 0 (silu, mish, gelu, hardswish) is -inf * 0 = NaN at
+ * -inf by the formula, but the function's limit there is 0 (-0.0, the sign of
+ * x * 0 for every finite negative x): the defined value. (The CPU's answers at
+ * +-inf are no reference: float32 gelu(+inf) is NaN with oneDNN's AVX-512 kernel
+ * and +inf with its AVX2 one.) */
+static tpu_val_t ew_limit_at_neg_inf(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) {
+  return ew_sel(b, ew_cmpc(b, "EQ", x, -INFINITY), ew_c(b, x, -0.0), y);
+}
+EW_MAP_FN(map_silu) { EW_UNUSED; return ew_limit_at_neg_inf(b, x, ew_mul(b, x, ew_sigmoid(b, x))); }
+EW_MAP_FN(map_mish) {
+  EW_UNUSED;
+  return ew_limit_at_neg_inf(b, x, ew_mul(b, x, ew_un(b, "stablehlo.tanh", ew_softplus_raw(b, x))));
+}
+EW_MAP_FN(map_hardswish) {
+  EW_UNUSED;
+  return ew_limit_at_neg_inf(b, x, ew_div(b, ew_mul(b, x, ew_relu6_shift3(b, x)), ew_c(b, x, 6.0)));
+}
 EW_MAP_FN(map_hardsigmoid) { EW_UNUSED; return ew_div(b, ew_relu6_shift3(b, x), ew_c(b, x, 6.0)); }
 
 /* Predicates see x in its own dtype. */
@@ -279,8 +293,7 @@ static tpu_val_t ew_gelu_inner(tpu_builder_t* b, tpu_val_t x) {
   return ew_mul(b, ew_c(b, x, GELU_BETA), ew_add(b, x, ew_mul(b, ew_c(b, x, GELU_KAPPA), x3)));
 }
 
-/* Phi(x) = erfc(-x / sqrt2) / 2: accurate in the lower tail, and gelu(-inf) is
- * NaN (-inf * 0) as on the CPU. */
+/* Phi(x) = erfc(-x / sqrt2) / 2: accurate in the lower tail. */
 static tpu_val_t ew_normal_cdf(tpu_builder_t* b, tpu_val_t x) {
   return ew_mul(b, ew_c(b, x, 0.5), ew_un(b, "chlo.erfc", ew_mul(b, x, ew_c(b, x, -M_SQRT1_2))));
 }
@@ -289,9 +302,9 @@ EW_MAP_FN(map_gelu) {
   (void)g;
   int mode = tpu_ew_gelu_mode(b, op, 1);
   if (mode < 0) return TPU_NOVAL;
-  if (mode == 0) return ew_mul(b, x, ew_normal_cdf(b, x));
+  if (mode == 0) return ew_limit_at_neg_inf(b, x, ew_mul(b, x, ew_normal_cdf(b, x)));
   tpu_val_t t = ew_un(b, "stablehlo.tanh", ew_gelu_inner(b, x));
-  return ew_mul(b, ew_mul(b, x, ew_c(b, x, 0.5)), ew_add(b, ew_c(b, x, 1.0), t));
+  return ew_limit_at_neg_inf(b, x, ew_mul(b, ew_mul(b, x, ew_c(b, x, 0.5)), ew_add(b, ew_c(b, x, 1.0), t)));
 }
 
 EW_MAP_FN(map_gelu_backward) {

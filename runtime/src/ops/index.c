@@ -2,8 +2,11 @@
  * sort-based selection, searchsorted).
  *
  * Index tensors become i64 in the graph; negative indices wrap where PyTorch
- * allows them. Out-of-range indices cannot be checked without a sync: gathers
- * clamp and scatters drop such updates (documented, never a crash).
+ * allows them. Out-of-range indices of user-facing ops are device-side checks
+ * (check.h): the op records them in the device's error word and the next sync
+ * raises PyTorch's error (class and text of the CPU kernel), with no host sync
+ * per op. The gather/scatter itself still clamps / drops such indices, so the
+ * program never reads or writes out of bounds.
  *
  * Data-dependent shapes (nonzero, masked_select, unique*) follow
  * TPU_LOWER_DYNAMIC_SHAPE: results padded to their largest size, then an i64
@@ -14,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "check.h"
 
 /* ================================================================ helpers */
 
@@ -276,15 +281,83 @@ static tpu_status_t* tpu_idx_two(tpu_val_t v, tpu_val_t i, tpu_val_t* outs, int*
   return NULL;
 }
 
-/* Index argument i as a 1-D i64 vector wrapped by size (index_select & co). */
-static tpu_val_t tpu_idx_vector_arg(tpu_builder_t* b, tpu_op_t* op, int i, int64_t size, const char* what) {
+/* ================================================== device-side range checks */
+
+/* How an op reports an index outside its dim: PyTorch's CPU class and text. */
+typedef enum tpu_idx_msg {
+  TPU_IDX_MSG_SELF,      /* IndexError: index out of range in self */
+  TPU_IDX_MSG_BOUNDS,    /* IndexError: index i is out of bounds for dimension d with size n */
+  TPU_IDX_MSG_BOUNDS_RT, /* the same text as a RuntimeError (gather, scatter, index_add) */
+  TPU_IDX_MSG_COPY,      /* IndexError: index_copy_(): index i is out of bounds ... */
+  TPU_IDX_MSG_TAKE,      /* IndexError: out of range: tried to access index i on a tensor of n elements. */
+} tpu_idx_msg_t;
+
+typedef struct tpu_idx_rule {
+  bool negative; /* -size..-1 are valid too and wrap (x[i], take, put, index_fill) */
+  tpu_idx_msg_t msg;
+} tpu_idx_rule_t;
+
+static void tpu_idx_report(tpu_builder_t* b, tpu_op_t* op, tpu_val_t bad, tpu_val_t value, int dim, int64_t size,
+                           tpu_idx_msg_t msg) {
+  switch (msg) {
+    case TPU_IDX_MSG_SELF:
+      tpu_op_check(b, op, bad, value, TPU_OUT_OF_RANGE, "index out of range in self");
+      break;
+    case TPU_IDX_MSG_BOUNDS:
+    case TPU_IDX_MSG_BOUNDS_RT:
+      tpu_op_check(b, op, bad, value, msg == TPU_IDX_MSG_BOUNDS ? TPU_OUT_OF_RANGE : TPU_INVALID_ARGUMENT,
+                   "index {} is out of bounds for dimension %d with size %" PRId64, dim, size);
+      break;
+    case TPU_IDX_MSG_COPY:
+      tpu_op_check(b, op, bad, value, TPU_OUT_OF_RANGE,
+                   "index_copy_(): index {} is out of bounds for dimension %d with size %" PRId64, dim, size);
+      break;
+    case TPU_IDX_MSG_TAKE:
+      tpu_op_check(b, op, bad, value, TPU_OUT_OF_RANGE,
+                   "out of range: tried to access index {} on a tensor of %" PRId64 " elements.", size);
+      break;
+  }
+}
+
+/* idx (any integer dtype) as i64, checked on the device against a dim of `size`
+ * (`dim` names it in the message) and wrapped when the rule allows negatives.
+ * The reported value is the largest offending index. */
+static tpu_val_t tpu_idx_checked(tpu_builder_t* b, tpu_op_t* op, tpu_val_t idx, int dim, int64_t size,
+                                 tpu_idx_rule_t rule) {
+  idx = tpu_b_convert(b, idx, TPU_I64);
+  if (!tpu_b_ok(b)) return TPU_NOVAL;
+  tpu_aval_t a = *tpu_b_aval(b, idx);
+  if (tpu_aval_numel(&a) == 0) return idx;
+  tpu_val_t lo = tpu_b_full(b, &a, rule.negative ? (double)-size : 0.0);
+  tpu_val_t hi = tpu_b_broadcast_in_dim(b, tpu_idx_c64(b, size), a.rank, a.dims, NULL);
+  tpu_val_t m = tpu_b_binary(b, "stablehlo.or", tpu_b_compare(b, "LT", idx, lo), tpu_b_compare(b, "GE", idx, hi));
+  /* "index out of range in self" names no index: skip the extra reduction. */
+  bool want_value = rule.msg != TPU_IDX_MSG_SELF;
+  tpu_val_t bad = m, value = want_value ? idx : TPU_NOVAL;
+  if (a.rank > 0) {
+    int64_t dims[TPU_MAX_RANK];
+    for (int i = 0; i < a.rank; ++i) dims[i] = i;
+    bad = tpu_b_reduce(b, m, tpu_b_const_i(b, TPU_BOOL, 0), a.rank, dims, "stablehlo.or");
+    if (want_value) {
+      tpu_val_t low = tpu_idx_c64(b, INT64_MIN);
+      tpu_val_t only_bad = tpu_b_select(b, m, idx, tpu_b_broadcast_in_dim(b, low, a.rank, a.dims, NULL));
+      value = tpu_b_reduce(b, only_bad, low, a.rank, dims, "stablehlo.maximum");
+    }
+  }
+  tpu_idx_report(b, op, bad, value, dim, size, rule.msg);
+  return rule.negative ? tpu_idx_wrap(b, idx, size) : idx;
+}
+
+/* Index argument i as a 1-D i64 vector, checked along `dim` of `size` (index_select & co). */
+static tpu_val_t tpu_idx_vector_arg(tpu_builder_t* b, tpu_op_t* op, int i, int dim, int64_t size,
+                                    tpu_idx_rule_t rule, const char* what) {
   tpu_aval_t a = tpu_op_aval(op, i);
   if (a.rank > 1) {
     TPU_B_FAIL(b, TPU_OUT_OF_RANGE, "%s(): Index is supposed to be a vector", what);
     return TPU_NOVAL;
   }
   int64_t n = tpu_aval_numel(&a);
-  return tpu_b_reshape(b, tpu_idx_wrap(b, tpu_op_tensor(b, op, i), size), 1, &n);
+  return tpu_b_reshape(b, tpu_idx_checked(b, op, tpu_op_tensor(b, op, i), dim, size, rule), 1, &n);
 }
 
 /* ============================================== index_select / gather / take */
@@ -296,10 +369,12 @@ static tpu_status_t* tpu_lower_index_select(tpu_builder_t* b, tpu_op_t* op, int 
   int dim = tpu_ops_dim(b, tpu_op_int(op, 1, 0), in.rank);
   if (!tpu_idx_check_dtype(b, op, 2, TPU_IDX_I32_OR_I64, "index_select")) return NULL;
   tpu_val_t x = tpu_op_tensor(b, op, 0);
+  const tpu_idx_rule_t rule = {false, TPU_IDX_MSG_SELF};
   if (in.rank == 0) { /* a scalar self: the result is self (index must be [0]) */
+    tpu_idx_vector_arg(b, op, 2, 0, 1, rule, "index_select");
     return tpu_idx_one(x, outs, nouts);
   }
-  tpu_val_t idx = tpu_idx_vector_arg(b, op, 2, in.dims[dim], "index_select");
+  tpu_val_t idx = tpu_idx_vector_arg(b, op, 2, dim, in.dims[dim], rule, "index_select");
   return tpu_idx_one(tpu_idx_select(b, x, dim, idx), outs, nouts);
 }
 
@@ -325,7 +400,8 @@ static tpu_status_t* tpu_lower_gather(tpu_builder_t* b, tpu_op_t* op, int max_ou
     }
   }
   int64_t size = in.rank ? in.dims[dim] : 1;
-  tpu_val_t idx = tpu_idx_wrap(b, tpu_op_tensor(b, op, 2), size);
+  tpu_idx_rule_t rule = {false, TPU_IDX_MSG_BOUNDS_RT};
+  tpu_val_t idx = tpu_idx_checked(b, op, tpu_op_tensor(b, op, 2), dim, size, rule);
   return tpu_idx_one(tpu_idx_gather_dim(b, tpu_op_tensor(b, op, 0), dim, idx), outs, nouts);
 }
 
@@ -334,8 +410,13 @@ static tpu_status_t* tpu_lower_take(tpu_builder_t* b, tpu_op_t* op, int max_outs
   tpu_aval_t in = tpu_op_aval(op, 0), ia = tpu_op_aval(op, 1);
   if (!tpu_idx_check_dtype(b, op, 1, TPU_IDX_I64, "take")) return NULL;
   int64_t n = tpu_aval_numel(&in), k = tpu_aval_numel(&ia);
+  if (n == 0 && k > 0) {
+    TPU_B_FAIL(b, TPU_OUT_OF_RANGE, "take(): tried to take from an empty tensor");
+    return NULL;
+  }
   tpu_val_t flat = tpu_b_reshape(b, tpu_op_tensor(b, op, 0), 1, &n);
-  tpu_val_t idx = tpu_b_reshape(b, tpu_idx_wrap(b, tpu_op_tensor(b, op, 1), n), 1, &k);
+  tpu_idx_rule_t rule = {true, TPU_IDX_MSG_TAKE};
+  tpu_val_t idx = tpu_b_reshape(b, tpu_idx_checked(b, op, tpu_op_tensor(b, op, 1), 0, n, rule), 1, &k);
   tpu_val_t r = tpu_idx_select(b, flat, 0, idx);
   return tpu_idx_one(tpu_b_reshape(b, r, ia.rank, ia.dims), outs, nouts);
 }
@@ -358,7 +439,8 @@ static tpu_status_t* tpu_lower_put(tpu_builder_t* b, tpu_op_t* op, int max_outs,
     return NULL;
   }
   tpu_val_t flat = tpu_b_reshape(b, tpu_op_tensor(b, op, 0), 1, &n);
-  tpu_val_t idx = tpu_b_reshape(b, tpu_idx_wrap(b, tpu_op_tensor(b, op, 1), n), 1, &k);
+  tpu_idx_rule_t rule = {true, TPU_IDX_MSG_TAKE};
+  tpu_val_t idx = tpu_b_reshape(b, tpu_idx_checked(b, op, tpu_op_tensor(b, op, 1), 0, n, rule), 1, &k);
   tpu_val_t src = tpu_b_reshape(b, tpu_op_tensor(b, op, 2), 1, &k);
   tpu_val_t r = tpu_idx_put_along(b, flat, 0, idx, src, tpu_op_bool(op, 3, false) ? "stablehlo.add" : NULL);
   return tpu_idx_one(tpu_b_reshape(b, r, in.rank, in.dims), outs, nouts);
@@ -441,7 +523,8 @@ static tpu_status_t* tpu_lower_scatter_common(tpu_builder_t* b, tpu_op_t* op, tp
   int dim = tpu_ops_dim(b, tpu_op_int(op, 1, 0), in.rank);
   if (!tpu_idx_scatter_checks(b, op, dim, tpu_op_kind(op, 3) == TPU_ARG_TENSOR, what)) return NULL;
   int64_t size = in.rank ? in.dims[dim] : 1;
-  tpu_val_t idx = tpu_idx_wrap(b, tpu_op_tensor(b, op, 2), size);
+  tpu_idx_rule_t rule = {false, TPU_IDX_MSG_BOUNDS_RT};
+  tpu_val_t idx = tpu_idx_checked(b, op, tpu_op_tensor(b, op, 2), dim, size, rule);
   tpu_val_t r = tpu_idx_scatter_dim(b, tpu_op_tensor(b, op, 0), dim, idx, tpu_idx_scatter_src(b, op, in.dtype), body);
   return tpu_idx_one(r, outs, nouts);
 }
@@ -527,7 +610,8 @@ static tpu_status_t* tpu_lower_scatter_reduce(tpu_builder_t* b, tpu_op_t* op, in
   const tpu_idx_reduce_t* red = tpu_idx_reduce_arg(b, op, 4, "scatter_reduce");
   if (!red || !tpu_idx_scatter_checks(b, op, dim, true, "scatter_reduce")) return NULL;
   int64_t size = in.rank ? in.dims[dim] : 1;
-  tpu_val_t idx = tpu_idx_wrap(b, tpu_op_tensor(b, op, 2), size);
+  tpu_idx_rule_t rule = {false, TPU_IDX_MSG_BOUNDS_RT};
+  tpu_val_t idx = tpu_idx_checked(b, op, tpu_op_tensor(b, op, 2), dim, size, rule);
   tpu_val_t src = tpu_op_tensor(b, op, 3);
   if (tpu_aval_numel(tpu_b_aval(b, idx)) == 0) return tpu_idx_one(tpu_op_tensor(b, op, 0), outs, nouts);
   /* Slice src to the index's shape first (the mean count uses the index shape). */
@@ -541,13 +625,14 @@ static tpu_status_t* tpu_lower_scatter_reduce(tpu_builder_t* b, tpu_op_t* op, in
 /* ============================================== index_add / copy / fill / reduce */
 
 /* Checks of the index_* ops and the wrapped 1-D index; source is arg 3. */
-static tpu_val_t tpu_idx_along_args(tpu_builder_t* b, tpu_op_t* op, int* out_dim, const char* what) {
+static tpu_val_t tpu_idx_along_args(tpu_builder_t* b, tpu_op_t* op, int* out_dim, tpu_idx_rule_t rule,
+                                    const char* what) {
   tpu_aval_t in = tpu_op_aval(op, 0);
   int dim = tpu_ops_dim(b, tpu_op_int(op, 1, 0), in.rank);
   *out_dim = dim;
   if (!tpu_idx_check_dtype(b, op, 2, TPU_IDX_I32_OR_I64, what)) return TPU_NOVAL;
   int64_t size = in.rank ? in.dims[dim] : 1;
-  return tpu_idx_vector_arg(b, op, 2, size, what);
+  return tpu_idx_vector_arg(b, op, 2, dim, size, rule, what);
 }
 
 /* Source (arg 3) as a value of self's rank (0-d self: [1]), in dtype t. */
@@ -578,7 +663,7 @@ static tpu_status_t* tpu_lower_index_add(tpu_builder_t* b, tpu_op_t* op, int max
   (void)max_outs;
   tpu_aval_t in = tpu_op_aval(op, 0);
   int dim;
-  tpu_val_t idx = tpu_idx_along_args(b, op, &dim, "index_add");
+  tpu_val_t idx = tpu_idx_along_args(b, op, &dim, (tpu_idx_rule_t){false, TPU_IDX_MSG_BOUNDS_RT}, "index_add");
   if (tpu_op_aval(op, 3).dtype != in.dtype) {
     TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "index_add_(): self (%s) and source (%s) must have the same scalar type",
                tpu_dtype_name(in.dtype), tpu_dtype_name(tpu_op_aval(op, 3).dtype));
@@ -600,7 +685,7 @@ static tpu_status_t* tpu_lower_index_copy(tpu_builder_t* b, tpu_op_t* op, int ma
   (void)max_outs;
   tpu_aval_t in = tpu_op_aval(op, 0);
   int dim;
-  tpu_val_t idx = tpu_idx_along_args(b, op, &dim, "index_copy");
+  tpu_val_t idx = tpu_idx_along_args(b, op, &dim, (tpu_idx_rule_t){false, TPU_IDX_MSG_COPY}, "index_copy");
   if (tpu_op_aval(op, 3).dtype != in.dtype) {
     TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "index_copy_(): self and source expected to have the same dtype, but got (self) %s and (source) %s",
                tpu_dtype_name(in.dtype), tpu_dtype_name(tpu_op_aval(op, 3).dtype));
@@ -615,7 +700,7 @@ static tpu_status_t* tpu_lower_index_reduce(tpu_builder_t* b, tpu_op_t* op, int 
   (void)max_outs;
   tpu_aval_t in = tpu_op_aval(op, 0);
   int dim;
-  tpu_val_t idx = tpu_idx_along_args(b, op, &dim, "index_reduce");
+  tpu_val_t idx = tpu_idx_along_args(b, op, &dim, (tpu_idx_rule_t){false, TPU_IDX_MSG_SELF}, "index_reduce");
   const char* s = tpu_op_kind(op, 4) == TPU_ARG_STRING ? tpu_op_arg(op, 4)->u.str : NULL;
   const tpu_idx_reduce_t* red = tpu_idx_find_reduce(s, 3, (int)TPU_ARRAY_LEN(tpu_idx_reduces));
   if (!red) {
@@ -643,7 +728,7 @@ static tpu_status_t* tpu_lower_index_fill(tpu_builder_t* b, tpu_op_t* op, int ma
   (void)max_outs;
   tpu_aval_t in = tpu_op_aval(op, 0);
   int dim;
-  tpu_val_t idx = tpu_idx_along_args(b, op, &dim, "index_fill_");
+  tpu_val_t idx = tpu_idx_along_args(b, op, &dim, (tpu_idx_rule_t){true, TPU_IDX_MSG_BOUNDS}, "index_fill_");
   tpu_val_t v = tpu_idx_value_arg(b, op, 3, in.dtype, "index_fill_");
   tpu_val_t x = tpu_op_tensor(b, op, 0);
   if (!tpu_b_ok(b) || tpu_aval_numel(&in) == 0) return tpu_idx_one(x, outs, nouts);
@@ -1005,7 +1090,9 @@ static tpu_val_t tpu_adv_coords(tpu_builder_t* b, tpu_op_t* op, const tpu_aval_t
   tpu_val_t parts[TPU_MAX_RANK];
   for (int j = 0; j < n; ++j) {
     if (!list->u.list.tensors[j].storage) continue;
-    tpu_val_t v = tpu_idx_wrap(b, tpu_op_list_tensor(b, op, 1, j), self->dims[p->adv[k]]);
+    int d = (int)p->adv[k];
+    tpu_val_t v = tpu_idx_checked(b, op, tpu_op_list_tensor(b, op, 1, j), d, self->dims[d],
+                                  (tpu_idx_rule_t){true, TPU_IDX_MSG_BOUNDS});
     v = tpu_b_broadcast_to(b, v, p->nb, p->bdims);
     parts[k++] = tpu_b_reshape(b, v, p->nb + 1, d1);
   }
@@ -1015,6 +1102,14 @@ static tpu_val_t tpu_adv_coords(tpu_builder_t* b, tpu_op_t* op, const tpu_aval_t
 static void tpu_adv_slice_sizes(const tpu_aval_t* self, const tpu_adv_t* p, int64_t* slice) {
   for (int d = 0; d < self->rank; ++d) slice[d] = self->dims[d];
   for (int i = 0; i < p->nadv; ++i) slice[p->adv[i]] = 1;
+}
+
+/* A non-empty result from an empty self means an index into a size-0 dim: every
+ * index is out of range there, which the shapes alone tell. */
+static bool tpu_adv_check_empty(tpu_builder_t* b, const tpu_aval_t* self) {
+  if (tpu_aval_numel(self) != 0) return true;
+  TPU_B_FAIL(b, TPU_OUT_OF_RANGE, "index is out of bounds for dimension with size 0");
+  return false;
 }
 
 /* index(self, indices) */
@@ -1031,8 +1126,9 @@ static tpu_status_t* tpu_lower_index(tpu_builder_t* b, tpu_op_t* op, int max_out
   }
   tpu_val_t x = tpu_op_tensor(b, op, 0);
   if (p.nadv == 0) return tpu_idx_one(x, outs, nouts);
-  if (tpu_aval_numel(&p.result) == 0 || tpu_aval_numel(&in) == 0)
-    return tpu_idx_one(tpu_b_full(b, &p.result, 0.0), outs, nouts);
+  /* An empty result reads nothing and checks nothing (as on CPU). */
+  if (tpu_aval_numel(&p.result) == 0) return tpu_idx_one(tpu_b_full(b, &p.result, 0.0), outs, nouts);
+  if (!tpu_adv_check_empty(b, &in)) return NULL;
   int64_t slice[TPU_MAX_RANK];
   tpu_adv_slice_sizes(&in, &p, slice);
   tpu_gather_dims_t g = {p.noff, p.offset, p.nadv, p.adv, p.nadv, p.adv, p.nb, slice};
@@ -1113,7 +1209,8 @@ static tpu_status_t* tpu_lower_index_put(tpu_builder_t* b, tpu_op_t* op, int max
     if (accumulate) v = tpu_b_binary(b, in.dtype == TPU_BOOL ? "stablehlo.or" : "stablehlo.add", x, v);
     return tpu_idx_one(v, outs, nouts);
   }
-  if (tpu_aval_numel(&p.result) == 0 || tpu_aval_numel(&in) == 0) return tpu_idx_one(x, outs, nouts);
+  if (tpu_aval_numel(&p.result) == 0) return tpu_idx_one(x, outs, nouts);
+  if (!tpu_adv_check_empty(b, &in)) return NULL;
   if (va.rank > p.result.rank) {
     TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "shape mismatch: value tensor cannot be broadcast to indexing result");
     return NULL;
@@ -1142,9 +1239,12 @@ static tpu_status_t* tpu_lower_embedding_dense_backward(tpu_builder_t* b, tpu_op
   int64_t gd[2] = {k, dim}, od[2] = {nw, dim};
   tpu_dtype_t ct = tpu_dtype_opmath(ga.dtype);
   tpu_aval_t oa = tpu_aval_make(ct, 2, od);
+  /* CPU drops such indices silently; the forward (index_select) raised for them
+   * already, and a gradient for a row that does not exist is a bug: raise too. */
+  tpu_val_t idx = tpu_idx_checked(b, op, tpu_op_tensor(b, op, 1), 0, nw, (tpu_idx_rule_t){false, TPU_IDX_MSG_SELF});
   if (k == 0 || nw == 0 || dim == 0)
     return tpu_idx_one(tpu_b_convert(b, tpu_b_full(b, &oa, 0.0), ga.dtype), outs, nouts);
-  tpu_val_t idx = tpu_b_reshape(b, tpu_b_convert(b, tpu_op_tensor(b, op, 1), TPU_I64), 1, &k);
+  idx = tpu_b_reshape(b, idx, 1, &k);
   tpu_val_t g = tpu_b_reshape(b, tpu_b_convert(b, tpu_op_tensor(b, op, 0), ct), 2, gd);
   tpu_aval_t ka = tpu_aval_make(ct, 1, &k);
   int64_t zero_dim = 0;
@@ -1421,52 +1521,129 @@ static tpu_status_t* tpu_lower_bucketize(tpu_builder_t* b, tpu_op_t* op, int max
   return tpu_idx_one(tpu_idx_insertion(b, tpu_op_tensor(b, op, 1), v, tpu_op_bool(op, 3, false), ot), outs, nouts);
 }
 
-/* histc(self, bins, min, max): min == max means the data's range. */
+/* histc bounds: the scalars, or the data's range when they are equal, widened
+ * by one each side when still equal (constant data), as PyTorch does. x is the
+ * flat input in `ct`; returns lo and hi as 0-d `ct` values. */
+static void tpu_histc_bounds(tpu_builder_t* b, tpu_val_t x, tpu_dtype_t ct, tpu_val_t* lo, tpu_val_t* hi) {
+  bool integral = tpu_dtype_is_int(ct);
+  int64_t d0 = 0;
+  tpu_val_t top = integral ? tpu_b_const_i(b, ct, INT64_MAX) : tpu_b_const(b, ct, INFINITY);
+  tpu_val_t bottom = integral ? tpu_b_const_i(b, ct, INT64_MIN) : tpu_b_const(b, ct, -INFINITY);
+  tpu_val_t dmin = tpu_b_reduce(b, x, top, 1, &d0, "stablehlo.minimum");
+  tpu_val_t dmax = tpu_b_reduce(b, x, bottom, 1, &d0, "stablehlo.maximum");
+  tpu_val_t same = tpu_b_compare(b, "EQ", *lo, *hi);
+  *lo = tpu_b_select(b, same, dmin, *lo);
+  *hi = tpu_b_select(b, same, dmax, *hi);
+  tpu_val_t one = integral ? tpu_b_const_i(b, ct, 1) : tpu_b_const(b, ct, 1.0);
+  same = tpu_b_compare(b, "EQ", *lo, *hi);
+  *lo = tpu_b_select(b, same, tpu_b_binary(b, "stablehlo.subtract", *lo, one), *lo);
+  *hi = tpu_b_select(b, same, tpu_b_binary(b, "stablehlo.add", *hi, one), *hi);
+}
+
+/* The bin of each element of flat x in [lo, hi] (ct), `bins` (dropped by the
+ * scatter) outside and for NaN; max falls in the last bin. Floats: PyTorch's
+ * (x - min) * bins / (max - min), each step rounded to the input's type as the
+ * CPU kernel does (so f16/bf16 edge cases land in its bins). Integers: the same
+ * in exact i64 arithmetic, as CUDA's integral histc computes it. */
+static tpu_val_t tpu_histc_bin(tpu_builder_t* b, tpu_val_t x, tpu_val_t lo, tpu_val_t hi, int64_t n, int64_t bins,
+                               tpu_dtype_t ct) {
+  tpu_val_t lob = tpu_b_broadcast_in_dim(b, lo, 1, &n, NULL), hib = tpu_b_broadcast_in_dim(b, hi, 1, &n, NULL);
+  tpu_aval_t va = tpu_aval_make(ct, 1, &n), ia = tpu_aval_make(TPU_I64, 1, &n);
+  tpu_val_t inside = tpu_b_binary(b, "stablehlo.and", tpu_b_compare(b, "GE", x, lob), tpu_b_compare(b, "LE", x, hib));
+  tpu_val_t span = tpu_b_binary(b, "stablehlo.subtract", hib, lob);
+  /* outside elements may see a span <= 0 (max < min): keep their division defined */
+  span = tpu_b_select(b, inside, span, tpu_b_full(b, &va, 1.0));
+  tpu_val_t pos = tpu_b_binary(b, "stablehlo.divide",
+                               tpu_b_binary(b, "stablehlo.multiply", tpu_b_binary(b, "stablehlo.subtract", x, lob),
+                                            tpu_b_full(b, &va, (double)bins)),
+                               span);
+  if (!tpu_dtype_is_int(ct)) pos = tpu_b_unary(b, "stablehlo.floor", pos);
+  tpu_val_t bin = tpu_b_convert(b, pos, TPU_I64);
+  tpu_val_t nb = tpu_b_full(b, &ia, (double)bins);
+  bin = tpu_b_select(b, tpu_b_compare(b, "GE", bin, nb), tpu_b_full(b, &ia, (double)(bins - 1)), bin);
+  return tpu_b_select(b, inside, bin, nb);
+}
+
+/* histc(self, bins, min, max): min == max means the data's range. Floating
+ * inputs as PyTorch's CPU kernel. Integral inputs, which the CPU kernel rejects,
+ * count as CUDA's kernel does (result in the input's dtype): MoE routers send
+ * their int32 expert ids here on accelerators (transformers'
+ * load_balancing_loss_func, grouped_mm routing). */
 static tpu_status_t* tpu_lower_histc(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
   (void)max_outs;
   tpu_aval_t in = tpu_op_aval(op, 0);
   int64_t bins = tpu_op_int(op, 1, 100);
+  if (in.dtype == TPU_BOOL) { /* as the CPU kernel: its bin edges are a linspace */
+    TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "\"linspace_cpu\" not implemented for 'Bool'");
+    return NULL;
+  }
+  if (!tpu_dtype_is_float(in.dtype) && !tpu_dtype_is_int(in.dtype)) {
+    TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "\"histogram_cpu\" not implemented for '%s'", tpu_dtype_scalar_type_name(in.dtype));
+    return NULL;
+  }
   if (bins <= 0) {
-    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "torch.histc: bins must be > 0, but got %" PRId64 " for dimension 0", bins);
+    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "torch.histogram(): bins must be > 0, but got %" PRId64 " for dimension 0",
+               bins);
     return NULL;
   }
-  if (!tpu_dtype_is_float(in.dtype)) {
-    TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "\"histogram_cpu\" not implemented for '%s'", tpu_dtype_name(in.dtype));
-    return NULL;
-  }
-  tpu_dtype_t ct = tpu_ops_compute_float(in.dtype);
+  bool integral = tpu_dtype_is_int(in.dtype);
+  tpu_dtype_t at = integral ? TPU_I64 : in.dtype;                          /* bin arithmetic */
+  tpu_dtype_t ct = integral ? TPU_I64 : tpu_ops_compute_float(in.dtype); /* counting */
   int64_t n = tpu_aval_numel(&in);
   tpu_aval_t ha = tpu_aval_make(ct, 1, &bins);
-  tpu_val_t lo = tpu_op_scalar(b, op, 2, ct), hi = tpu_op_scalar(b, op, 3, ct);
+  tpu_val_t lo = tpu_op_scalar(b, op, 2, at), hi = tpu_op_scalar(b, op, 3, at);
+  if (integral) { /* the bounds as the input type, as CUDA converts them */
+    lo = tpu_b_convert(b, tpu_b_convert(b, lo, in.dtype), at);
+    hi = tpu_b_convert(b, tpu_b_convert(b, hi, in.dtype), at);
+  }
   if (n == 0) return tpu_idx_one(tpu_b_convert(b, tpu_b_full(b, &ha, 0.0), in.dtype), outs, nouts);
-  tpu_val_t x = tpu_b_reshape(b, tpu_b_convert(b, tpu_op_tensor(b, op, 0), ct), 1, &n);
-  int64_t d0 = 0;
-  tpu_val_t dmin = tpu_b_reduce(b, x, tpu_b_const(b, ct, INFINITY), 1, &d0, "stablehlo.minimum");
-  tpu_val_t dmax = tpu_b_reduce(b, x, tpu_b_const(b, ct, -INFINITY), 1, &d0, "stablehlo.maximum");
-  tpu_val_t same = tpu_b_compare(b, "EQ", lo, hi);
-  lo = tpu_b_select(b, same, dmin, lo);
-  hi = tpu_b_select(b, same, dmax, hi);
-  /* still equal (constant data): widen by 1 each side, as PyTorch does */
-  tpu_val_t one = tpu_b_const(b, ct, 1.0);
-  same = tpu_b_compare(b, "EQ", lo, hi);
-  lo = tpu_b_select(b, same, tpu_b_binary(b, "stablehlo.subtract", lo, one), lo);
-  hi = tpu_b_select(b, same, tpu_b_binary(b, "stablehlo.add", hi, one), hi);
-  tpu_val_t lob = tpu_b_broadcast_in_dim(b, lo, 1, &n, NULL), hib = tpu_b_broadcast_in_dim(b, hi, 1, &n, NULL);
-  tpu_val_t nb = tpu_b_full(b, &(tpu_aval_t){.dtype = ct, .rank = 1, .dims = {n}}, (double)bins);
-  /* bin = (x - min) * bins / (max - min), PyTorch's order of operations */
-  tpu_val_t pos = tpu_b_binary(b, "stablehlo.divide",
-                               tpu_b_binary(b, "stablehlo.multiply", tpu_b_binary(b, "stablehlo.subtract", x, lob), nb),
-                               tpu_b_binary(b, "stablehlo.subtract", hib, lob));
-  tpu_val_t bin = tpu_b_convert(b, tpu_b_unary(b, "stablehlo.floor", pos), TPU_I64);
-  tpu_aval_t ia = tpu_aval_make(TPU_I64, 1, &n);
-  tpu_val_t last = tpu_b_full(b, &ia, (double)(bins - 1));
-  bin = tpu_b_select(b, tpu_b_compare(b, "EQ", x, hib), last, bin);
-  tpu_val_t inside = tpu_b_binary(b, "stablehlo.and", tpu_b_compare(b, "GE", x, lob), tpu_b_compare(b, "LE", x, hib));
-  /* outside (and NaN) elements go to an out-of-range bin that the scatter drops */
-  bin = tpu_b_select(b, inside, bin, tpu_b_full(b, &ia, (double)bins));
+  tpu_val_t x = tpu_b_reshape(b, tpu_b_convert(b, tpu_op_tensor(b, op, 0), at), 1, &n);
+  tpu_histc_bounds(b, x, at, &lo, &hi);
+  tpu_val_t bin = tpu_histc_bin(b, x, lo, hi, n, bins, at);
   tpu_val_t ones = tpu_b_full(b, &(tpu_aval_t){.dtype = ct, .rank = 1, .dims = {n}}, 1.0);
   tpu_val_t h = tpu_idx_put_along(b, tpu_b_full(b, &ha, 0.0), 0, bin, ones, "stablehlo.add");
   return tpu_idx_one(tpu_b_convert(b, h, in.dtype), outs, nouts);
+}
+
+/* bincount(self, weights, minlength), then the input's min and max appended by
+ * the runtime (TPU_LOWER_DATA_RANGE): the result has max(max + 1, minlength)
+ * bins. Counts are i64; sums of weights are f32 for f32 weights, else f64 (the
+ * CPU kernel's types). Checks in the CPU kernel's order. */
+static tpu_status_t* tpu_lower_bincount(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
+  (void)max_outs;
+  int nargs = tpu_op_nargs(op);
+  tpu_aval_t in = tpu_op_aval(op, 0);
+  if (!tpu_dtype_is_int(in.dtype)) {
+    TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "\"bincount_cpu\" not implemented for '%s'", tpu_dtype_scalar_type_name(in.dtype));
+    return NULL;
+  }
+  int64_t minlength = tpu_op_int(op, 2, 0);
+  int64_t dmin = tpu_op_int(op, nargs - 2, 0), dmax = tpu_op_int(op, nargs - 1, -1);
+  if (minlength < 0) {
+    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "minlength should be >= 0");
+    return NULL;
+  }
+  int64_t n = tpu_aval_numel(&in);
+  if (in.rank == 1 && n == 0) { /* counts even with weights, as the CPU kernel */
+    tpu_aval_t za = tpu_aval_make(TPU_I64, 1, &minlength);
+    return tpu_idx_one(tpu_b_full(b, &za, 0.0), outs, nouts);
+  }
+  if (in.rank != 1 || dmin < 0) {
+    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "bincount only supports 1-d non-negative integral inputs.");
+    return NULL;
+  }
+  bool weighted = tpu_op_kind(op, 1) == TPU_ARG_TENSOR;
+  tpu_aval_t wa = weighted ? tpu_op_aval(op, 1) : in;
+  if (weighted && (wa.rank != 1 || wa.dims[0] != n)) {
+    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "weights should be 1-d and have the same length as input");
+    return NULL;
+  }
+  tpu_dtype_t ot = !weighted ? TPU_I64 : wa.dtype == TPU_F32 ? TPU_F32 : TPU_F64;
+  int64_t nbins = dmax + 1 > minlength ? dmax + 1 : minlength;
+  tpu_aval_t ha = tpu_aval_make(ot, 1, &nbins), sa = tpu_aval_make(ot, 1, &n);
+  tpu_val_t idx = tpu_b_convert(b, tpu_op_tensor(b, op, 0), TPU_I64);
+  tpu_val_t src = weighted ? tpu_b_convert(b, tpu_op_tensor(b, op, 1), ot) : tpu_b_full(b, &sa, 1.0);
+  return tpu_idx_one(tpu_idx_put_along(b, tpu_b_full(b, &ha, 0.0), 0, idx, src, "stablehlo.add"), outs, nouts);
 }
 
 const tpu_lowering_t tpu_lowerings_index[] = {
@@ -1503,5 +1680,6 @@ const tpu_lowering_t tpu_lowerings_index[] = {
     {"searchsorted", tpu_lower_searchsorted},
     {"bucketize", tpu_lower_bucketize},
     {"histc", tpu_lower_histc},
+    {"bincount", tpu_lower_bincount},
     {NULL, NULL},
 };

@@ -1,10 +1,11 @@
 /* Index-family building blocks shared with other families (shape: pads and
  * upsampling are static gathers; reduce/nn may want sort and prefix sums).
  *
- * Index values are always i64 inside the graph. Out-of-range indices are not
- * checked (that would need a sync): gathers clamp (stablehlo semantics) and
- * scatters drop out-of-bounds updates. tpu_idx_out_of_range gives a 0-d bool
- * that a runtime could read at a sync point to raise PyTorch's IndexError. */
+ * Index values are always i64 inside the graph. These building blocks do not
+ * check ranges: gathers clamp (stablehlo semantics) and scatters drop
+ * out-of-bounds updates. The index family's own lowerings check user indices on
+ * the device (check.h, tpu_op_check); tpu_idx_out_of_range gives the 0-d bool
+ * such a check needs. */
 #ifndef TORCHTPU_SRC_OPS_INDEX_H_
 #define TORCHTPU_SRC_OPS_INDEX_H_
 

@@ -7,12 +7,17 @@
  *   layer norm  [prefix, 1, normalized, 1]  stats over {1, 2, 3}  → [P]
  *   group norm  [N, groups, C/groups, HxW]  stats over {2, 3}     → [N, G]
  *   batch norm  [N, C, 1, HxW]              stats over {0, 2, 3}  → [C]
- * Statistics are computed in opmath (f32 for f16/bf16) like PyTorch's CPU kernels. */
+ * Statistics are computed in opmath (f32 for f16/bf16) like PyTorch's CPU kernels,
+ * and every reduction (statistics, backward sums, parameter gradients) is an
+ * accurate sum (reduce.h): XLA's plain f32 reduce loses more than the CPU kernels'
+ * cascade/Welford sums, and layer norm's gradients (through attention) amplify it. */
 #include "nn.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+
+#include "reduce.h"
 
 /* ------------------------------------------------------------ shared helpers */
 
@@ -27,9 +32,10 @@ tpu_val_t tpu_nn_sub(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) { return tpu_b_
 tpu_val_t tpu_nn_mul(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) { return tpu_b_binary(b, "stablehlo.multiply", x, y); }
 tpu_val_t tpu_nn_div(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) { return tpu_b_binary(b, "stablehlo.divide", x, y); }
 
+/* Accurate for f32 (compensated, reduce.h): the losses' means and sums too. */
 tpu_val_t tpu_nn_sum(tpu_builder_t* b, tpu_val_t x, int ndims, const int64_t* dims) {
   if (ndims == 0) return x;
-  return tpu_b_reduce(b, x, tpu_b_const(b, tpu_b_dtype(b, x), 0), ndims, dims, "stablehlo.add");
+  return tpu_red_sum_accurate(b, x, ndims, dims);
 }
 
 tpu_val_t tpu_nn_sum_all(tpu_builder_t* b, tpu_val_t x) {
@@ -118,8 +124,11 @@ static tpu_val_t tpu_norm_param(tpu_builder_t* b, tpu_op_t* op, int i, const tpu
   return tpu_b_broadcast_in_dim(b, v, 4, L->dims, bd);
 }
 
+/* Mean over the statistic dims: an accurate sum, divided with one rounding. */
 static tpu_val_t tpu_norm_mean(tpu_builder_t* b, tpu_val_t x4, const tpu_norm_t* L) {
-  return tpu_nn_mulc(b, tpu_nn_sum(b, x4, L->nred, L->red), 1.0 / (double)tpu_norm_count(L));
+  tpu_val_t hi, lo;
+  tpu_red_sum_hilo(b, x4, L->nred, L->red, &hi, &lo);
+  return tpu_red_div_hilo(b, hi, lo, tpu_ops_like(b, hi, (double)tpu_norm_count(L)));
 }
 
 static tpu_val_t tpu_norm_rstd(tpu_builder_t* b, tpu_val_t var, double eps) {
@@ -135,11 +144,12 @@ static tpu_val_t tpu_norm_apply(tpu_builder_t* b, tpu_val_t x4, tpu_val_t mean, 
   return y;
 }
 
-/* Batch statistics: mean and biased variance in the kept shape (two-pass, stable). */
+/* Batch statistics: mean and biased variance in the kept shape, as accurate as
+ * double accumulation (corrected two-pass over compensated sums, reduce.h). */
 static void tpu_norm_stats(tpu_builder_t* b, tpu_val_t x4, const tpu_norm_t* L, tpu_val_t* mean, tpu_val_t* var) {
-  *mean = tpu_norm_mean(b, x4, L);
-  tpu_val_t xc = tpu_nn_sub(b, x4, tpu_norm_expand(b, *mean, L));
-  *var = tpu_norm_mean(b, tpu_nn_mul(b, xc, xc), L);
+  tpu_val_t ss, ss_lo;
+  tpu_red_moments(b, x4, L->nred, L->red, mean, &ss, &ss_lo);
+  *var = tpu_red_div_hilo(b, ss, ss_lo, tpu_ops_like(b, ss, (double)tpu_norm_count(L)));
 }
 
 /* dx of y = xhat * w + bias. With batch statistics the mean and variance depend on
@@ -162,7 +172,7 @@ static tpu_val_t tpu_norm_param_grad(tpu_builder_t* b, tpu_val_t v4, bool mask, 
                                      const int64_t* dims) {
   if (!mask) return tpu_nn_zeros(b, dtype, rank, dims);
   static const int64_t pd[2] = {0, 3};
-  return tpu_b_convert(b, tpu_b_reshape(b, tpu_nn_sum(b, v4, 2, pd), rank, dims), dtype);
+  return tpu_b_convert(b, tpu_b_reshape(b, tpu_red_sum_accurate(b, v4, 2, pd), rank, dims), dtype);
 }
 
 /* Dtype of mean/rstd outputs: f32 when a reduced-float input meets an f32

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "check.h"
 #include "nn.h"
 
 static tpu_val_t tpu_loss_select(tpu_builder_t* b, tpu_val_t p, tpu_val_t t, tpu_val_t f) {
@@ -230,8 +231,9 @@ TPU_NN_LOWERING(binary_cross_entropy_with_logits) {
 /* What nll_loss{,2d}_{forward,backward} share: the input's class dim (1, or 0 for
  * a 1-d input), the one-hot mask of each target over the classes, the per-target
  * weight (0 where the target is ignore_index) and the target shape. Targets
- * outside [0, C) that are not ignore_index select nothing (PyTorch raises "Target
- * N is out of bounds." — a data-dependent check the device cannot make). */
+ * outside [0, C) that are not ignore_index select nothing here and are a
+ * device-side check (check.h): the next sync raises PyTorch's IndexError "Target
+ * N is out of bounds.". */
 typedef struct tpu_nll {
   tpu_aval_t x;      /* input */
   tpu_aval_t t;      /* target shape (input without the class dim) */
@@ -287,6 +289,27 @@ static bool tpu_nll_check(tpu_builder_t* b, const tpu_op_t* op, int self, tpu_nl
   return true;
 }
 
+/* Records the device-side check "every target that is not ignored lies in
+ * [0, C)"; the reported value is the largest offending target. */
+static void tpu_nll_check_targets(tpu_builder_t* b, tpu_op_t* op, tpu_val_t tgt, tpu_val_t valid, int64_t classes) {
+  if (!tpu_b_ok(b)) return;
+  tpu_aval_t ta = *tpu_b_aval(b, tgt);
+  if (tpu_aval_numel(&ta) == 0) return;
+  tpu_val_t out = tpu_b_binary(b, "stablehlo.or", tpu_b_compare(b, "LT", tgt, tpu_ops_like(b, tgt, 0)),
+                               tpu_b_compare(b, "GE", tgt, tpu_nn_bcast0(b, tpu_b_const_i(b, TPU_I64, classes), tgt)));
+  tpu_val_t m = tpu_b_binary(b, "stablehlo.and", out, valid);
+  tpu_val_t bad = m, value = tgt;
+  if (ta.rank > 0) {
+    int64_t dims[TPU_MAX_RANK];
+    for (int i = 0; i < ta.rank; ++i) dims[i] = i;
+    bad = tpu_b_reduce(b, m, tpu_b_const_i(b, TPU_BOOL, 0), ta.rank, dims, "stablehlo.or");
+    tpu_val_t low = tpu_b_const_i(b, TPU_I64, INT64_MIN);
+    tpu_val_t only_bad = tpu_b_select(b, m, tgt, tpu_nn_bcast0(b, low, tgt));
+    value = tpu_b_reduce(b, only_bad, low, ta.rank, dims, "stablehlo.maximum");
+  }
+  tpu_op_check(b, op, bad, value, TPU_OUT_OF_RANGE, "Target {} is out of bounds.");
+}
+
 /* Builds the mask and weights from args (self, target, weight, ..., ignore_index at `ign`). */
 static void tpu_nll_build(tpu_builder_t* b, tpu_op_t* op, int self, int ign, tpu_nll_t* n) {
   int64_t bd[TPU_MAX_RANK];
@@ -294,6 +317,7 @@ static void tpu_nll_build(tpu_builder_t* b, tpu_op_t* op, int self, int ign, tpu
     if (i != n->cd) bd[j++] = i;
   tpu_val_t tgt = tpu_b_convert(b, tpu_op_tensor(b, op, self + 1), TPU_I64);
   tpu_val_t valid = tpu_b_compare(b, "NE", tgt, tpu_nn_bcast0(b, tpu_b_const_i(b, TPU_I64, tpu_op_int(op, ign, -100)), tgt));
+  tpu_nll_check_targets(b, op, tgt, valid, n->x.dims[n->cd]);
   tpu_aval_t xi = n->x;
   xi.dtype = TPU_I64;
   tpu_val_t cls = tpu_b_iota(b, &xi, n->cd);

@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "common.h"
+#include "reduce.h"
 
 /* PyTorch's (c10) dtype names, as its error messages print them. */
 static const char* tpu_red_c10_name(tpu_dtype_t t) {
@@ -144,10 +144,13 @@ static tpu_val_t tpu_red_combine(tpu_builder_t* b, tpu_red_kind_t kind, tpu_val_
   return r;
 }
 
-/* x reduced over rd with `kind` in x's dtype; the body is tpu_red_combine. */
+/* x reduced over rd with `kind` in x's dtype; the body is tpu_red_combine. f32
+ * sums are compensated (reduce.h): the f32 results of sum, mean, var, softmax ...
+ * are then at least as accurate as PyTorch's CPU kernels. */
 static tpu_val_t tpu_red(tpu_builder_t* b, tpu_val_t x, const tpu_rdims_t* rd, tpu_red_kind_t kind) {
   tpu_aval_t in = *tpu_b_aval(b, x);
   if (rd->n == 0 || !tpu_b_ok(b)) return x;
+  if (kind == TPU_RED_SUM && in.dtype == TPU_F32) return tpu_red_sum_accurate(b, x, rd->n, rd->d);
   tpu_val_t init = tpu_red_identity(b, in.dtype, kind);
   tpu_aval_t s = tpu_aval_make(in.dtype, 0, NULL), args_av[2] = {s, s};
   tpu_val_t args[2];
@@ -176,6 +179,182 @@ static tpu_val_t tpu_red_like(tpu_builder_t* b, tpu_val_t v, double value) {
 static tpu_val_t tpu_red_bcast(tpu_builder_t* b, tpu_val_t v, tpu_val_t like) {
   tpu_aval_t a = *tpu_b_aval(b, like);
   return tpu_b_broadcast_to(b, v, a.rank, a.dims);
+}
+
+/* ------------------------------------------------- accurate f32 sums */
+
+/* (s1, c1) ⊕ (s2, c2) for compensated sums: TwoSum gives the rounding error of
+ * s1 + s2 exactly (Knuth; no ordering of |s1|, |s2| assumed); the errors
+ * accumulate in c. */
+static void tpu_red_twosum(tpu_builder_t* b, const tpu_val_t* p1, const tpu_val_t* p2, tpu_val_t* out) {
+  tpu_val_t sum = tpu_b_binary(b, "stablehlo.add", p1[0], p2[0]);
+  tpu_val_t bp = tpu_b_binary(b, "stablehlo.subtract", sum, p1[0]);
+  tpu_val_t ap = tpu_b_binary(b, "stablehlo.subtract", sum, bp);
+  tpu_val_t err = tpu_b_binary(b, "stablehlo.add", tpu_b_binary(b, "stablehlo.subtract", p1[0], ap),
+                               tpu_b_binary(b, "stablehlo.subtract", p2[0], bp));
+  tpu_val_t comp = tpu_b_binary(b, "stablehlo.add", tpu_b_binary(b, "stablehlo.add", p1[1], p2[1]), err);
+  out[0] = sum;
+  out[1] = comp;
+}
+
+/* Pairwise compensated reduction of the pair p = (s, c) along dim d down to size
+ * 1: halves added with TwoSum, an odd last element carried to the next level. */
+static void tpu_red_tree_dim(tpu_builder_t* b, tpu_val_t* p, int d) {
+  for (;;) {
+    tpu_aval_t a = *tpu_b_aval(b, p[0]);
+    int64_t n = a.dims[d], h = n / 2;
+    if (n <= 1 || !tpu_b_ok(b)) return;
+    int64_t st[TPU_MAX_RANK] = {0}, lim[TPU_MAX_RANK];
+    memcpy(lim, a.dims, sizeof(lim));
+    tpu_val_t lo[2], hi[2], last[2] = {TPU_NOVAL, TPU_NOVAL}, r[2];
+    for (int i = 0; i < 2; ++i) {
+      st[d] = 0, lim[d] = h;
+      lo[i] = tpu_b_slice(b, p[i], st, lim, NULL);
+      st[d] = h, lim[d] = 2 * h;
+      hi[i] = tpu_b_slice(b, p[i], st, lim, NULL);
+      st[d] = 2 * h, lim[d] = n;
+      if (n % 2) last[i] = tpu_b_slice(b, p[i], st, lim, NULL);
+    }
+    tpu_red_twosum(b, lo, hi, r);
+    for (int i = 0; i < 2; ++i) {
+      tpu_val_t parts[2] = {r[i], last[i]};
+      p[i] = n % 2 ? tpu_b_concat(b, 2, parts, d) : r[i];
+    }
+  }
+}
+
+/* The value of a compensated pair: hi = s + c rounded, lo = what rounding dropped
+ * (Fast2Sum: |s| >= |c|). An infinite or NaN partial sum poisons c (inf - inf):
+ * then s alone is the answer. A zero sum is +0 as PyTorch's reductions (which
+ * start from +0) give, also for all -0 terms (XLA folds the "+ 0" away). */
+static void tpu_red_pair_value(tpu_builder_t* b, tpu_val_t s, tpu_val_t c, tpu_val_t* out_hi, tpu_val_t* out_lo) {
+  tpu_val_t hi = tpu_b_binary(b, "stablehlo.add", s, c);
+  tpu_val_t finite = tpu_b_unary(b, "stablehlo.is_finite", s);
+  tpu_val_t zero = tpu_red_like(b, hi, 0.0);
+  hi = tpu_b_select(b, tpu_b_compare(b, "EQ", hi, zero), zero, hi);
+  *out_hi = tpu_b_select(b, finite, hi, s);
+  if (!out_lo) return;
+  tpu_val_t lo = tpu_b_binary(b, "stablehlo.add", tpu_b_binary(b, "stablehlo.subtract", s, hi), c);
+  *out_lo = tpu_b_select(b, finite, lo, tpu_red_like(b, lo, 0.0));
+}
+
+/* Plain sums of runs of consecutive elements along the longest reduced dim
+ * (zero-padded to a whole number of runs): the compensated tree then handles
+ * 1/run of the data, so the whole costs about one plain reduce. A run's rounding
+ * error is a few ulp of a partial sum of only `run` terms; runs of at most
+ * sqrt(n)/2 (and 16) keep that below the final rounding, measured against
+ * float64 for n from 64 to 4096 (tests/test_numerics.py). */
+enum { TPU_RED_RUN = 16 };
+
+static tpu_val_t tpu_red_presum_runs(tpu_builder_t* b, tpu_val_t x, int ndims, const int64_t* dims) {
+  tpu_aval_t in = *tpu_b_aval(b, x);
+  int d = (int)dims[0];
+  for (int k = 1; k < ndims; ++k)
+    if (in.dims[dims[k]] > in.dims[d]) d = (int)dims[k];
+  int64_t n = in.dims[d], run = TPU_RED_RUN;
+  while (run > 1 && 4 * run * run > n) run /= 2;
+  if (run <= 1 || in.rank + 1 > TPU_MAX_RANK) return x;
+  int64_t groups = (n + run - 1) / run;
+  if (groups * run != n) {
+    int64_t lo[TPU_MAX_RANK] = {0}, hi[TPU_MAX_RANK] = {0};
+    hi[d] = groups * run - n;
+    x = tpu_b_pad(b, x, tpu_b_const(b, in.dtype, 0.0), lo, hi, NULL);
+  }
+  int64_t shape[TPU_MAX_RANK];
+  for (int i = 0, j = 0; i < in.rank; ++i) {
+    shape[j++] = i == d ? groups : in.dims[i];
+    if (i == d) shape[j++] = run;
+  }
+  int64_t inner = d + 1;
+  return tpu_b_reduce(b, tpu_b_reshape(b, x, in.rank + 1, shape), tpu_b_const(b, in.dtype, 0.0), 1, &inner,
+                      "stablehlo.add");
+}
+
+/* f32: runs summed plainly, then a pairwise TwoSum tree over what is left. Only
+ * slices, elementwise ops and plain reduces, which every XLA backend vectorises
+ * (a variadic TwoSum reduce runs as a scalar loop on the CPU plugin, 10-50x
+ * slower than a plain reduce), and a fixed summation order on every backend. */
+void tpu_red_sum_hilo(tpu_builder_t* b, tpu_val_t x, int ndims, const int64_t* dims, tpu_val_t* out_hi,
+                      tpu_val_t* out_lo) {
+  tpu_aval_t in = *tpu_b_aval(b, x);
+  if (in.dtype != TPU_F32 || ndims == 0 || tpu_aval_numel(&in) == 0) {
+    /* f64/ints/f16-bf16 (callers widen those to f32 first); empty: exact zeros */
+    *out_hi = ndims == 0 ? x : tpu_b_reduce(b, x, tpu_b_const(b, in.dtype, 0.0), ndims, dims, "stablehlo.add");
+    *out_lo = tpu_red_like(b, *out_hi, 0.0);
+    return;
+  }
+  tpu_val_t p[2];
+  p[0] = tpu_red_presum_runs(b, x, ndims, dims);
+  p[1] = tpu_red_like(b, p[0], 0.0);
+  for (int k = 0; k < ndims; ++k) tpu_red_tree_dim(b, p, (int)dims[k]);
+  int64_t od[TPU_MAX_RANK];
+  int r = 0;
+  for (int i = 0, k = 0; i < in.rank; ++i) {
+    if (k < ndims && dims[k] == i) ++k;
+    else od[r++] = in.dims[i];
+  }
+  tpu_red_pair_value(b, tpu_b_reshape(b, p[0], r, od), tpu_b_reshape(b, p[1], r, od), out_hi, out_lo);
+}
+
+/* Dekker's split of f32 a into 12-bit halves (a = hi + lo exactly), for exact
+ * products without an FMA op (StableHLO has none). */
+static void tpu_red_split(tpu_builder_t* b, tpu_val_t a, tpu_val_t* hi, tpu_val_t* lo) {
+  tpu_val_t t = tpu_b_binary(b, "stablehlo.multiply", a, tpu_red_like(b, a, 4097.0));
+  *hi = tpu_b_binary(b, "stablehlo.subtract", t, tpu_b_binary(b, "stablehlo.subtract", t, a));
+  *lo = tpu_b_binary(b, "stablehlo.subtract", a, *hi);
+}
+
+tpu_val_t tpu_red_two_prod_err(tpu_builder_t* b, tpu_val_t x, tpu_val_t y, tpu_val_t p) {
+  tpu_val_t xh, xl, yh, yl;
+  tpu_red_split(b, x, &xh, &xl);
+  tpu_red_split(b, y, &yh, &yl);
+  tpu_val_t e = tpu_b_binary(b, "stablehlo.subtract", tpu_b_binary(b, "stablehlo.multiply", xh, yh), p);
+  e = tpu_b_binary(b, "stablehlo.add", e, tpu_b_binary(b, "stablehlo.multiply", xh, yl));
+  e = tpu_b_binary(b, "stablehlo.add", e, tpu_b_binary(b, "stablehlo.multiply", xl, yh));
+  return tpu_b_binary(b, "stablehlo.add", e, tpu_b_binary(b, "stablehlo.multiply", xl, yl));
+}
+
+/* (hi + lo) / d as q + q_lo: q = hi / d rounded, q_lo the rest to ~u² (hi + lo -
+ * q·d exactly, hi - p being exact since p ≈ hi, divided by d). Huge operands
+ * overflow the split and inf/NaN/0 divisors poison the rest: q_lo = 0 there. */
+static void tpu_red_div_pair(tpu_builder_t* b, tpu_val_t hi, tpu_val_t lo, tpu_val_t d, tpu_val_t* out_q,
+                             tpu_val_t* out_q_lo) {
+  tpu_val_t q = tpu_b_binary(b, "stablehlo.divide", hi, d);
+  tpu_val_t p = tpu_b_binary(b, "stablehlo.multiply", q, d);
+  tpu_val_t r = tpu_b_binary(b, "stablehlo.subtract", tpu_b_binary(b, "stablehlo.subtract", hi, p),
+                             tpu_red_two_prod_err(b, q, d, p));
+  tpu_val_t ql = tpu_b_binary(b, "stablehlo.divide", tpu_b_binary(b, "stablehlo.add", r, lo), d);
+  *out_q = q;
+  *out_q_lo = tpu_b_select(b, tpu_b_unary(b, "stablehlo.is_finite", ql), ql, tpu_red_like(b, ql, 0.0));
+}
+
+tpu_val_t tpu_red_div_hilo(tpu_builder_t* b, tpu_val_t hi, tpu_val_t lo, tpu_val_t d) {
+  if (tpu_b_dtype(b, hi) != TPU_F32) return tpu_b_binary(b, "stablehlo.divide", hi, d);
+  tpu_val_t q, q_lo;
+  tpu_red_div_pair(b, hi, lo, d, &q, &q_lo);
+  tpu_val_t q2 = tpu_b_binary(b, "stablehlo.add", q, q_lo);
+  return tpu_b_select(b, tpu_b_unary(b, "stablehlo.is_finite", q), q2, q);
+}
+
+/* sqrt(v + v_lo) rounded once (as sqrt in double then rounded would be): one
+ * Newton step s + (v + v_lo - s²) / 2s from s = sqrt(v), s² split exactly. */
+static tpu_val_t tpu_red_sqrt_pair(tpu_builder_t* b, tpu_val_t v, tpu_val_t v_lo) {
+  tpu_val_t s = tpu_b_unary(b, "stablehlo.sqrt", v);
+  tpu_val_t t = tpu_b_binary(b, "stablehlo.multiply", s, s);
+  tpu_val_t r = tpu_b_binary(b, "stablehlo.subtract", tpu_b_binary(b, "stablehlo.subtract", v, t),
+                             tpu_red_two_prod_err(b, s, s, t));
+  r = tpu_b_binary(b, "stablehlo.add", r, v_lo);
+  tpu_val_t s2 = tpu_b_binary(b, "stablehlo.add", s,
+                              tpu_b_binary(b, "stablehlo.divide", r, tpu_b_binary(b, "stablehlo.add", s, s)));
+  tpu_val_t ok = tpu_b_binary(b, "stablehlo.and", tpu_b_unary(b, "stablehlo.is_finite", s2),
+                              tpu_b_compare(b, "GT", s, tpu_red_like(b, s, 0.0)));
+  return tpu_b_select(b, ok, s2, s);
+}
+
+tpu_val_t tpu_red_sum_accurate(tpu_builder_t* b, tpu_val_t x, int ndims, const int64_t* dims) {
+  tpu_val_t hi, lo;
+  tpu_red_sum_hilo(b, x, ndims, dims, &hi, &lo);
+  return hi;
 }
 
 /* ------------------------------------------------- sum, prod, mean, nansum */
@@ -443,9 +622,37 @@ static tpu_val_t tpu_red_abs2(tpu_builder_t* b, tpu_val_t x) {
                       tpu_b_binary(b, "stablehlo.multiply", im, im));
 }
 
+/* Mean and sum of squared deviations (reduce.h): compensated sums, the mean
+ * divided with one rounding, the squares' rounding errors added back (Dekker) and
+ * the corrected two-pass formula Σd² − (Σd)²/n, d = x − mean, which removes what
+ * the rounded mean leaves (Chan, Golub & LeVeque). */
+void tpu_red_moments(tpu_builder_t* b, tpu_val_t x, int ndims, const int64_t* dims, tpu_val_t* out_mean,
+                     tpu_val_t* out_ss, tpu_val_t* out_ss_lo) {
+  tpu_aval_t in = *tpu_b_aval(b, x);
+  tpu_rdims_t rd = {.n = ndims};
+  memcpy(rd.d, dims, sizeof(int64_t) * (size_t)ndims);
+  double n = (double)tpu_red_count(&in, &rd);
+  tpu_val_t hi, lo;
+  tpu_red_sum_hilo(b, x, ndims, dims, &hi, &lo);
+  tpu_val_t mean = tpu_red_div_hilo(b, hi, lo, tpu_red_like(b, hi, n));
+  tpu_val_t dev = tpu_b_binary(b, "stablehlo.subtract", x, tpu_red_expand(b, mean, &in, &rd));
+  tpu_val_t d2 = tpu_red_abs2(b, dev);
+  tpu_red_sum_hilo(b, d2, ndims, dims, out_ss, out_ss_lo);
+  if (in.dtype == TPU_F32) {
+    /* The rounding errors of the squares, and the correction −(Σd)²/n. */
+    tpu_val_t sq_err = tpu_red_sum_accurate(b, tpu_red_two_prod_err(b, dev, dev, d2), ndims, dims);
+    tpu_val_t sd = tpu_red_sum_accurate(b, dev, ndims, dims);
+    tpu_val_t corr = tpu_b_binary(b, "stablehlo.divide", tpu_b_binary(b, "stablehlo.multiply", sd, sd),
+                                  tpu_red_like(b, sd, n));
+    tpu_val_t l = tpu_b_binary(b, "stablehlo.add", *out_ss_lo, tpu_b_binary(b, "stablehlo.subtract", sq_err, corr));
+    *out_ss_lo = tpu_b_select(b, tpu_b_unary(b, "stablehlo.is_finite", l), l, tpu_red_like(b, l, 0.0));
+  }
+  *out_mean = mean;
+}
+
 /* var/std (.correction) and var_mean/std_mean: (self, dim?, *, correction?, keepdim).
- * Two passes (mean, then squared deviations), divided by max(0, N - correction);
- * correction is a runtime Scalar, so a new value does not recompile. */
+ * Divided by max(0, N - correction); correction is a runtime Scalar, so a new
+ * value does not recompile. */
 static tpu_status_t* tpu_lower_moments(tpu_builder_t* b, tpu_op_t* op, tpu_val_t* outs, int* nouts, bool take_sqrt,
                                        bool with_mean) {
   tpu_aval_t in = tpu_op_aval(op, 0);
@@ -456,14 +663,21 @@ static tpu_status_t* tpu_lower_moments(tpu_builder_t* b, tpu_op_t* op, tpu_val_t
   tpu_val_t x = tpu_b_convert(b, tpu_op_tensor(b, op, 0), ct);
   tpu_val_t corr = tpu_ops_has_value(op, 2) ? tpu_op_scalar(b, op, 2, rt) : tpu_b_const(b, rt, 1.0);
   int64_t n = tpu_red_count(&in, &rd);
-  tpu_val_t mean = tpu_red(b, x, &rd, TPU_RED_SUM);
-  mean = tpu_b_binary(b, "stablehlo.divide", mean, tpu_red_like(b, mean, (double)n));
-  tpu_val_t dev = tpu_b_binary(b, "stablehlo.subtract", x, tpu_red_expand(b, mean, &in, &rd));
-  tpu_val_t ss = tpu_red(b, tpu_red_abs2(b, dev), &rd, TPU_RED_SUM);
+  tpu_val_t mean, ss, ss_lo;
+  tpu_red_moments(b, x, rd.n, rd.d, &mean, &ss, &ss_lo);
   tpu_val_t dof = tpu_b_binary(b, "stablehlo.subtract", tpu_b_const(b, rt, (double)n), corr);
   dof = tpu_b_binary(b, "stablehlo.maximum", dof, tpu_b_const(b, rt, 0.0));
-  tpu_val_t var = tpu_b_binary(b, "stablehlo.divide", ss, tpu_red_bcast(b, dof, ss));
-  if (take_sqrt) var = tpu_b_unary(b, "stablehlo.sqrt", var);
+  tpu_val_t var;
+  if (rt == TPU_F32) {
+    tpu_val_t v_lo;
+    tpu_red_div_pair(b, ss, ss_lo, tpu_red_bcast(b, dof, ss), &var, &v_lo);
+    var = take_sqrt ? tpu_red_sqrt_pair(b, var, v_lo)
+                    : tpu_b_select(b, tpu_b_unary(b, "stablehlo.is_finite", var),
+                                   tpu_b_binary(b, "stablehlo.add", var, v_lo), var);
+  } else {
+    var = tpu_b_binary(b, "stablehlo.divide", ss, tpu_red_bcast(b, dof, ss));
+    if (take_sqrt) var = tpu_b_unary(b, "stablehlo.sqrt", var);
+  }
   outs[0] = tpu_red_keep(b, tpu_b_convert(b, var, tpu_red_real(in.dtype)), &in, &rd, keep);
   *nouts = 1;
   if (with_mean) {
@@ -594,6 +808,17 @@ static void tpu_scan_reduce_kind(tpu_builder_t* b, const tpu_val_t* e, const tpu
   out[0] = tpu_red_combine(b, *(const tpu_red_kind_t*)ctx, e[0], l[0]);
 }
 
+/* Compensated (sum, error) pairs: f32 cumsum as accurate as PyTorch's CPU
+ * kernel, which accumulates in double. */
+static void tpu_scan_twosum(tpu_builder_t* b, const tpu_val_t* e, const tpu_val_t* l, tpu_val_t* out,
+                            const void* ctx) {
+  (void)ctx;
+  tpu_val_t r[2];
+  tpu_red_twosum(b, e, l, r);
+  out[0] = r[0];
+  out[1] = r[1];
+}
+
 /* log(exp(a) + exp(b)) = max + log1p(exp(min - max)); equal infinities stay. */
 static void tpu_scan_logaddexp(tpu_builder_t* b, const tpu_val_t* e, const tpu_val_t* l, tpu_val_t* out,
                                const void* ctx) {
@@ -633,7 +858,13 @@ static tpu_status_t* tpu_lower_cum_reduce(tpu_builder_t* b, tpu_op_t* op, tpu_va
   tpu_dtype_t ct = tpu_dtype_opmath(out);
   tpu_val_t x = tpu_b_convert(b, tpu_b_convert(b, tpu_op_tensor(b, op, 0), out), ct);
   tpu_val_t ident = tpu_red_identity(b, ct, kind);
-  tpu_red_scan(b, 1, &x, &ident, dim, tpu_scan_reduce_kind, &kind);
+  if (kind == TPU_RED_SUM && ct == TPU_F32 && in.rank > 0) {
+    tpu_val_t v[2] = {x, tpu_red_like(b, x, 0.0)}, idents[2] = {ident, ident};
+    tpu_red_scan(b, 2, v, idents, dim, tpu_scan_twosum, NULL);
+    tpu_red_pair_value(b, v[0], v[1], &x, NULL);
+  } else {
+    tpu_red_scan(b, 1, &x, &ident, dim, tpu_scan_reduce_kind, &kind);
+  }
   outs[0] = tpu_b_convert(b, x, out);
   *nouts = 1;
   return NULL;

@@ -349,8 +349,8 @@ static tpu_status_t* tpu_lower_pad_nd(tpu_builder_t* b, tpu_op_t* op, tpu_val_t*
   bool backward = strstr(name, "backward") != NULL;
   int self_i = backward ? 1 : 0, pad_i = backward ? 2 : 1;
   tpu_aval_t in = tpu_op_aval(op, self_i);
-  int64_t pad[6];
-  int np = tpu_op_ints(op, pad_i, pad, 6);
+  int64_t pad[TPU_MAX_RANK]; /* room for a wrong count, reported as PyTorch does */
+  int np = tpu_op_ints(op, pad_i, pad, TPU_MAX_RANK);
   if (np != 2 * n) {
     TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "padding size is expected to be %d, but got: %d", 2 * n, np);
     return NULL;
@@ -530,11 +530,11 @@ static tpu_status_t* tpu_lower_upsample(tpu_builder_t* b, tpu_op_t* op, int max_
   int osz_i = 1, align_i = backward ? 3 : 2;
   int scales_i = (backward ? 3 : 2) + (has_align ? 1 : 0);
   tpu_aval_t x = tpu_op_aval(op, 0);
-  int64_t osz[3], isz[5];
-  int no = tpu_op_ints(op, osz_i, osz, 3);
+  int64_t osz[TPU_MAX_RANK], isz[TPU_MAX_RANK]; /* room for a wrong count, reported as PyTorch does */
+  int no = tpu_op_ints(op, osz_i, osz, TPU_MAX_RANK);
   tpu_aval_t in = x;
   if (backward) {
-    int ni = tpu_op_ints(op, 2, isz, 5);
+    int ni = tpu_op_ints(op, 2, isz, TPU_MAX_RANK);
     if (ni != n + 2) {
       TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "It is expected input_size equals to %d, but got size %d", n + 2, ni);
       return NULL;
@@ -602,10 +602,13 @@ static bool tpu_unfold_geom(tpu_builder_t* b, const tpu_op_t* op, int first, con
   int64_t* fields[4] = {g->k, g->d, g->p, g->s};
   static const char* names[4] = {"kernel_size", "dilation", "padding", "stride"};
   for (int f = 0; f < 4; ++f) {
-    if (tpu_op_ints(op, first + f, fields[f], 2) != 2) {
+    int64_t v[TPU_MAX_RANK];
+    if (tpu_op_ints(op, first + f, v, TPU_MAX_RANK) != 2) {
       TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "It is expected %s equals to 2", names[f]);
       return false;
     }
+    fields[f][0] = v[0];
+    fields[f][1] = v[1];
     bool bad = f == 2 ? (fields[f][0] < 0 || fields[f][1] < 0) : (fields[f][0] <= 0 || fields[f][1] <= 0);
     if (bad) {
       TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "%s should be greater than zero, but got %s: %" PRId64 " %" PRId64, names[f],
@@ -671,8 +674,8 @@ static tpu_status_t* tpu_lower_im2col(tpu_builder_t* b, tpu_op_t* op, int max_ou
 static tpu_status_t* tpu_lower_col2im(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
   (void)max_outs;
   tpu_aval_t in = tpu_op_aval(op, 0);
-  int64_t osz[2];
-  if (tpu_op_ints(op, 1, osz, 2) != 2) {
+  int64_t osz[TPU_MAX_RANK];
+  if (tpu_op_ints(op, 1, osz, TPU_MAX_RANK) != 2) {
     TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "It is expected output_size equals to 2");
     return NULL;
   }

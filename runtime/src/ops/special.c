@@ -74,23 +74,26 @@ static tpu_val_t sp_digamma(tpu_builder_t* b, tpu_val_t x) {
 }
 
 /* ATen's zeta(x, q) (Hurwitz), its checks in its order: x == 1 → inf; x < 1 →
- * NaN; q <= 0: integer q → inf, else non-integer x → NaN. x = +inf (where
- * chlo.zeta gives NaN) ATen's series gives 1 for q == 1, NaN for q > 1 (inf - inf in
- * its tail terms), else inf. */
+ * NaN; q <= 0: integer q → inf, else non-integer x → NaN. Where chlo.zeta gives
+ * NaN, the series' limits: x = +inf: the terms (k + q)^-inf give 1 for q == 1, 0
+ * for q > 1, else inf; q = +inf: every term is 0. (ATen's series gives NaN for
+ * those zeros, inf - inf in its tail terms.) A NaN x is NaN even at q's poles. */
 static tpu_val_t sp_zeta(tpu_builder_t* b, tpu_val_t x, tpu_val_t q) {
   tpu_val_t y = tpu_b_binary(b, "chlo.zeta", x, q);
-  tpu_val_t inf = sp_c(b, x, INFINITY), nan = sp_c(b, x, NAN);
+  tpu_val_t inf = sp_c(b, x, INFINITY), nan = sp_c(b, x, NAN), zero = sp_c(b, x, 0.0);
   tpu_val_t at_inf = sp_sel(b, sp_cmpc(b, "EQ", q, 1.0), sp_c(b, x, 1.0), inf);
-  at_inf = sp_sel(b, sp_cmpc(b, "GT", q, 1.0), nan, at_inf);
+  at_inf = sp_sel(b, sp_cmpc(b, "GT", q, 1.0), zero, at_inf);
   at_inf = sp_sel(b, sp_isnan(b, q), nan, at_inf);
   y = sp_sel(b, sp_cmpc(b, "EQ", x, INFINITY), at_inf, y);
+  y = sp_sel(b, sp_cmpc(b, "EQ", q, INFINITY), zero, y);
   tpu_val_t q_nonpos = sp_cmpc(b, "LE", q, 0.0);
   tpu_val_t x_frac = tpu_b_compare(b, "NE", sp_un(b, "stablehlo.floor", x), x);
   tpu_val_t q_int = tpu_b_compare(b, "EQ", sp_un(b, "stablehlo.floor", q), q);
   y = sp_sel(b, sp_and(b, q_nonpos, x_frac), nan, y);
   y = sp_sel(b, sp_and(b, q_nonpos, q_int), inf, y);
   y = sp_sel(b, sp_cmpc(b, "LT", x, 1.0), nan, y);
-  return sp_sel(b, sp_cmpc(b, "EQ", x, 1.0), inf, y);
+  y = sp_sel(b, sp_cmpc(b, "EQ", x, 1.0), inf, y);
+  return sp_sel(b, sp_isnan(b, x), nan, y);
 }
 
 /* ATen's calc_polygamma: n == 0 digamma; n >= 1 (-1)^(n+1) n! zeta(n+1, x). */
@@ -99,10 +102,8 @@ static tpu_val_t sp_polygamma(tpu_builder_t* b, int64_t n, tpu_val_t x) {
   double fact = 1.0;
   for (int64_t k = 2; k <= n; ++k) fact *= (double)k;
   double sign = (n % 2) ? 1.0 : -1.0;
-  tpu_val_t z = sp_mul(b, sp_c(b, x, sign * fact), sp_zeta(b, sp_c(b, x, (double)n + 1.0), x));
-  /* ATen's own trigamma series tends to 0 at +inf (higher orders give NaN). */
-  if (n == 1) z = sp_sel(b, sp_cmpc(b, "EQ", x, INFINITY), sp_c(b, x, 0.0), z);
-  return z;
+  /* zeta(n + 1, +inf) = 0, so psi^(n)(+inf) = 0 (ATen's CPU gives NaN for n >= 2). */
+  return sp_mul(b, sp_c(b, x, sign * fact), sp_zeta(b, sp_c(b, x, (double)n + 1.0), x));
 }
 
 /* ------------------------------------------------------ Bessel (Cephes) */
@@ -170,20 +171,26 @@ static tpu_val_t sp_bessel_ie(tpu_builder_t* b, tpu_val_t ax, bool order1) {
   return sp_sel(b, sp_cmpc(b, "LE", ax, 8.0), small, big);
 }
 
-/* I1 and I1e are odd: the sign of x goes back on. */
+/* I1 and I1e are odd: the sign of x goes back on (x itself at +-0, so that
+ * I1(-0) = -0). */
 static tpu_val_t sp_odd(tpu_builder_t* b, tpu_val_t x, tpu_val_t v) {
-  return sp_sel(b, sp_cmpc(b, "LT", x, 0.0), sp_neg(b, v), v);
+  tpu_val_t y = sp_sel(b, sp_cmpc(b, "LT", x, 0.0), sp_neg(b, v), v);
+  return sp_sel(b, sp_cmpc(b, "EQ", x, 0.0), x, y);
 }
 static tpu_val_t sp_i0e(tpu_builder_t* b, tpu_val_t x) { return sp_bessel_ie(b, sp_abs(b, x), false); }
 static tpu_val_t sp_i1e(tpu_builder_t* b, tpu_val_t x) { return sp_odd(b, x, sp_bessel_ie(b, sp_abs(b, x), true)); }
-/* exp(|x|) times the scaled value, as ATen does (so overflow happens where it does). */
+/* exp(|x|) times the scaled value, as ATen does (so overflow happens where it
+ * does). At |x| = inf that product is inf * 0; the limits are I0 = +inf and
+ * I1(+-inf) = +-inf (ATen's CPU kernels give NaN there). */
 static tpu_val_t sp_i0(tpu_builder_t* b, tpu_val_t x) {
   tpu_val_t ax = sp_abs(b, x);
-  return sp_mul(b, sp_exp(b, ax), sp_bessel_ie(b, ax, false));
+  tpu_val_t y = sp_mul(b, sp_exp(b, ax), sp_bessel_ie(b, ax, false));
+  return sp_sel(b, sp_cmpc(b, "EQ", ax, INFINITY), ax, y);
 }
 static tpu_val_t sp_i1(tpu_builder_t* b, tpu_val_t x) {
   tpu_val_t ax = sp_abs(b, x);
-  return sp_odd(b, x, sp_mul(b, sp_exp(b, ax), sp_bessel_ie(b, ax, true)));
+  tpu_val_t y = sp_odd(b, x, sp_mul(b, sp_exp(b, ax), sp_bessel_ie(b, ax, true)));
+  return sp_sel(b, sp_cmpc(b, "EQ", ax, INFINITY), x, y);
 }
 
 /* ------------------------------------------------------ normal distribution */

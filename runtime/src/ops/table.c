@@ -13,7 +13,7 @@ static const tpu_lowering_t* const tpu_families[] = {
     tpu_lowerings_creation, tpu_lowerings_elementwise, tpu_lowerings_reduce, tpu_lowerings_matmul,
     tpu_lowerings_nn,       tpu_lowerings_index,       tpu_lowerings_shape,  tpu_lowerings_random,
     tpu_lowerings_amp, tpu_lowerings_fft, tpu_lowerings_special, tpu_lowerings_linalg,
-    tpu_lowerings_lu, tpu_lowerings_misc,
+    tpu_lowerings_lu, tpu_lowerings_misc, tpu_lowerings_nn_models, tpu_lowerings_optim,
 };
 
 static const tpu_lowering_t* tpu_table[TPU_TABLE_SLOTS];
@@ -44,8 +44,27 @@ static const char* const tpu_static_scalar_ops[] = {"arange", "linspace", "logsp
 static const char* const tpu_dynamic_shape_ops[] = {"nonzero", "masked_select", "unique", "_unique",
                                                     "_unique2", "unique_dim", "unique_consecutive"};
 
+/* Ops sized by their input's values (see TPU_LOWER_DATA_RANGE). */
+static const char* const tpu_data_range_ops[] = {"bincount"};
+
 /* Factories whose dtype is the out tensor's (see TPU_LOWER_OUT_DTYPE). */
 static const char* const tpu_out_dtype_ops[] = {"arange", "range", "linspace", "logspace", "eye"};
+
+/* Float arguments that change every step (a scheduled learning rate): passed as a
+ * runtime operand, never baked into the program or the key, so a schedule never
+ * recompiles. The lowering must read them only through tpu_op_scalar. */
+typedef struct tpu_runtime_float {
+  const char* name;
+  int arg;
+} tpu_runtime_float_t;
+static const tpu_runtime_float_t tpu_runtime_floats[] = {
+    {"_fused_adam", 6}, {"_fused_adamw", 6}, {"_fused_sgd", 5}, {"_fused_adagrad", 4}};
+
+int tpu_lowering_runtime_float(const char* name) {
+  for (size_t i = 0; i < sizeof(tpu_runtime_floats) / sizeof(tpu_runtime_floats[0]); ++i)
+    if (strcmp(name, tpu_runtime_floats[i].name) == 0) return tpu_runtime_floats[i].arg;
+  return -1;
+}
 
 static bool tpu_name_in(const char* name, const char* const* list, size_t n) {
   for (size_t i = 0; i < n; ++i)
@@ -61,6 +80,8 @@ unsigned tpu_lowering_flags(const char* name) {
     flags |= TPU_LOWER_DYNAMIC_SHAPE;
   if (tpu_name_in(name, tpu_out_dtype_ops, sizeof(tpu_out_dtype_ops) / sizeof(tpu_out_dtype_ops[0])))
     flags |= TPU_LOWER_OUT_DTYPE;
+  if (tpu_name_in(name, tpu_data_range_ops, sizeof(tpu_data_range_ops) / sizeof(tpu_data_range_ops[0])))
+    flags |= TPU_LOWER_DATA_RANGE;
   return flags;
 }
 

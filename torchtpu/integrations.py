@@ -1,0 +1,97 @@
+"""Glue that lets generic training code pick the ``tpu`` device by itself.
+
+Installed by ``import torchtpu`` (docs/integrations.md says what works):
+
+* Hugging Face accelerate: ``PartialState.default_device`` lists the devices it
+  knows (mps, cuda, xpu, npu, ...) and ends with cpu; it has no PrivateUse1 case.
+  The hook makes that last resort ``tpu`` when a tpu is available, so
+  ``Accelerator()`` and transformers' ``Trainer`` (whose ``TrainingArguments.device``
+  already says ``tpu:0`` through ``torch.accelerator``) place the model and the
+  batches on tpu as they would on cuda. ``cpu=True`` / ``use_cpu=True`` still mean
+  cpu. The hook is applied when ``accelerate.state`` is imported (or at once if it
+  already is), so ``import torchtpu`` does not import accelerate.
+
+Python glue only: no numerics here.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import sys
+
+import torch
+
+__all__ = ["install"]
+
+
+# ---- accelerate ----
+
+
+def _patch_accelerate_state(module) -> None:
+    state_cls = module.PartialState
+    original = state_cls.default_device
+    if getattr(original.fget, "_torchtpu", False):
+        return
+
+    def default_device(self) -> torch.device:
+        device = original.fget(self)
+        if device.type == "cpu" and torch.tpu.is_available():
+            return torch.device("tpu", torch.tpu.current_device())
+        return device
+
+    default_device._torchtpu = True
+    default_device.__doc__ = original.__doc__
+    state_cls.default_device = property(default_device)
+
+
+class _PatchingLoader(importlib.abc.Loader):
+    """Runs the wrapped loader, then the patch on the fresh module."""
+
+    def __init__(self, loader, patch):
+        self._loader = loader
+        self._patch = patch
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        self._loader.exec_module(module)
+        self._patch(module)
+
+    def __getattr__(self, name):  # get_source, get_filename, ... for tracebacks
+        return getattr(self._loader, name)
+
+
+class _PostImportHook(importlib.abc.MetaPathFinder):
+    """Patches a module right after its first import, whoever imports it."""
+
+    def __init__(self, patches):
+        self._patches = patches
+
+    def find_spec(self, fullname, path, target=None):
+        patch = self._patches.get(fullname)
+        if patch is None:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _PatchingLoader(spec.loader, patch)
+                return spec
+        return None
+
+
+# ---- installation ----
+
+_PATCHES = {"accelerate.state": _patch_accelerate_state}
+
+
+def install() -> None:
+    """Applies every hook once; idempotent."""
+    if not any(isinstance(f, _PostImportHook) for f in sys.meta_path):
+        sys.meta_path.insert(0, _PostImportHook(_PATCHES))
+    for name, patch in _PATCHES.items():
+        if name in sys.modules:
+            patch(sys.modules[name])
