@@ -6,8 +6,8 @@ backend (bench/worker.py) — "tpu" (torchtpu strict eager), "cpu" (PyTorch eage
 
   1. first step, cold: each worker, one after the other, builds the workload and times
      its first step including every compile (fresh process: empty in-memory executable
-     cache for torchtpu; for Inductor an empty TORCHINDUCTOR_CACHE_DIR, so FX-graph,
-     AOTAutograd and C++ kernel caches are all cold);
+     cache and an empty TORCHTPU_CACHE_DIR for torchtpu; for Inductor an empty
+     TORCHINDUCTOR_CACHE_DIR, so FX-graph, AOTAutograd and C++ kernel caches are all cold);
   2. warm-up: a few more untimed steps on each backend;
   3. timed repeats, interleaved: tpu, cpu, inductor, tpu, cpu, inductor, ... so that
      machine noise falls on all backends alike; each worker synchronises before it
@@ -35,8 +35,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-BACKENDS = ["tpu", "cpu", "inductor"]
-BACKEND_LABEL = {"tpu": "torchtpu eager (tpu)", "cpu": "PyTorch eager CPU", "inductor": "torch.compile Inductor CPU"}
+BACKENDS = ["tpu", "tpu-compile", "cpu", "inductor"]
+BACKEND_LABEL = {"tpu": "torchtpu eager (tpu)", "tpu-compile": "torch.compile(backend=\"tpu\")", "cpu": "PyTorch eager CPU", "inductor": "torch.compile Inductor CPU"}
 
 # repeats / warm-up per workload (full, quick)
 PLAN = {
@@ -143,8 +143,10 @@ class Worker:
             env["TORCHINDUCTOR_CACHE_DIR"] = inductor_cache or os.path.join(self.tmp, "inductor")
             self.cache_state = ("reused: kept across --quick runs" if inductor_cache and os.path.isdir(inductor_cache)
                                 and os.listdir(inductor_cache) else "empty (cold)")
-        if backend == "tpu":
+        if backend.startswith("tpu"):
             env["TORCHTPU_EAGER_MODE"] = "strict"
+            # Cold compile: the disk compile cache in an empty directory of this worker's own.
+            env["TORCHTPU_CACHE_DIR"] = os.path.join(self.tmp, "torchtpu-cache")
             env.pop("TORCHTPU_CPU_FALLBACK", None)
         self.log_path = os.path.join(log_dir, f"{workload}-{backend}.log")
         self.log = open(self.log_path, "w")
@@ -346,7 +348,7 @@ def run_workload(name, cfg, backends, plan, log_dir, log, skip=None, extra_env=N
             row["speedup_vs_cpu_eager"] = cpu["median"] / row["stats_s"]["median"]
         tm = row.get("timed_metrics") or {}
         n = row.get("timed_steps") or 0
-        if b == "tpu" and n:
+        if b.startswith("tpu") and n:
             row["tpu_per_step"] = {k: tm.get(k, 0) / n for k in
                                    ("ops_executed", "executions", "compiles", "cache_hits", "cache_misses",
                                     "h2d_bytes", "d2h_bytes", "h2d_transfers", "d2h_transfers", "fallbacks")}

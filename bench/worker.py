@@ -76,7 +76,7 @@ def describe_error(exc):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--backend", required=True, choices=["tpu", "cpu", "inductor"])
+    ap.add_argument("--backend", required=True, choices=["tpu", "tpu-compile", "cpu", "inductor"])
     ap.add_argument("--workload", required=True)
     ap.add_argument("--cfg", required=True, help="the workload's configuration, JSON")
     ap.add_argument("--reply-fd", type=int, required=True)
@@ -89,7 +89,7 @@ def main():
 
     t_imp = time.perf_counter()
     import torch
-    tpu = args.backend == "tpu"
+    tpu = args.backend.startswith("tpu")
     torchtpu = None
     if tpu:
         import torchtpu  # noqa: F401  (registers the device)

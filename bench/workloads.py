@@ -60,11 +60,25 @@ class Workload:
 def _compile(fn, backend):
     if backend == "inductor":
         return torch.compile(fn)
+    if backend == "tpu-compile":
+        return torch.compile(fn, backend="tpu")
     return fn
 
 
 def _device(backend):
-    return "tpu" if backend == "tpu" else "cpu"
+    return "tpu" if backend.startswith("tpu") else "cpu"
+
+
+def _train_step(loss_fn, opt, backend):
+    """One training step. tpu-compile compiles all of it (forward, loss, backward and
+    the optimizer step); Inductor compiles the forward+loss given to it."""
+    def step():
+        loss = loss_fn()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss
+    return torch.compile(step, backend="tpu") if backend == "tpu-compile" else step
 
 
 # ---------------------------------------------------------------- 1. dispatch latency
@@ -129,18 +143,14 @@ def mlp_train(backend, cfg):
     def fwd_loss(x, y):
         return F.cross_entropy(model(x), y)
 
-    fl = _compile(fwd_loss, backend)
-
-    def step():
-        loss = fl(x, y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        return loss
+    fl = _compile(fwd_loss, backend) if backend == "inductor" else fwd_loss
+    step = _train_step(lambda: fl(x, y), opt, backend)
 
     notes = []
     if backend == "inductor":
         notes.append("forward+loss compiled (AOTAutograd backward); Adam step eager")
+    if backend == "tpu-compile":
+        notes.append("whole step compiled: forward, loss, backward and the Adam step")
     return Workload(step, "ms/step", 1e3, "latency", notes)
 
 
@@ -209,18 +219,14 @@ def _gpt(backend, cfg):
 def gpt_train(backend, cfg):
     model, idx, tgt = _gpt(backend, cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
-    fl = _compile(model, backend)
-
-    def step():
-        loss = fl(idx, tgt)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        return loss
+    fl = _compile(model, backend) if backend == "inductor" else model
+    step = _train_step(lambda: fl(idx, tgt), opt, backend)
 
     notes = []
     if backend == "inductor":
         notes.append("model+loss compiled (AOTAutograd backward); AdamW step eager")
+    if backend == "tpu-compile":
+        notes.append("whole step compiled: forward, loss, backward and the AdamW step")
     return Workload(step, "tokens/s", cfg["batch"] * cfg["seq"], "throughput", notes)
 
 

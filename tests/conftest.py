@@ -1,10 +1,20 @@
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 
 import pytest
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
+
+# The disk compile cache of this test session (and of the subprocesses it
+# starts): a fresh directory, removed at exit, so tests never write ~/.cache and
+# never depend on what an earlier run left there. Set before torchtpu reads it.
+_CACHE_DIR = tempfile.mkdtemp(prefix="torchtpu-test-cache-")
+os.environ["TORCHTPU_CACHE_DIR"] = _CACHE_DIR
+atexit.register(shutil.rmtree, _CACHE_DIR, ignore_errors=True)
 
 import torchtpu  # noqa: E402,F401  (registers the "tpu" device)
 

@@ -11,6 +11,8 @@ Plugin choice (first that applies):
      and a GPU is visible;
   4. the XLA CPU plugin from ``xla-cpu-pjrt`` (the embedded default).
 ``TORCHTPU_CPU_DEVICES`` sets the CPU plugin's device count (default 1).
+Compiled programs are cached on disk (``TORCHTPU_CACHE_DIR``, default
+``~/.cache/torchtpu``; ``TORCHTPU_DISK_CACHE=0`` turns it off): docs/compile-cache.md.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import os
 import torch
 
 __all__ = [
+    "cache_clear",
+    "cache_dir",
     "eager_mode",
     "get_eager_mode",
     "metrics",
@@ -165,6 +169,19 @@ def metrics() -> dict:
 def reset_metrics() -> None:
     """Resets the counters (not the live_* gauges)."""
     _C.reset_metrics()
+
+
+# ---- compile cache (docs/compile-cache.md) ----
+
+
+def cache_dir() -> str | None:
+    """The disk compile cache's directory, or None when the disk tier is off."""
+    return _C.cache_dir() or None
+
+
+def cache_clear() -> None:
+    """Empties both compile caches: the in-memory executables and the disk entries."""
+    _C.cache_clear()
 
 
 def synchronize() -> None:

@@ -10,6 +10,8 @@ Installed by ``import torchtpu`` (docs/integrations.md says what works):
   batches on tpu as they would on cuda. ``cpu=True`` / ``use_cpu=True`` still mean
   cpu. The hook is applied when ``accelerate.state`` is imported (or at once if it
   already is), so ``import torchtpu`` does not import accelerate.
+* torch.compile: the ``"tpu"`` Dynamo backend (torchtpu/compile.py), registered
+  when Dynamo's backend registry is imported.
 
 Python glue only: no numerics here.
 """
@@ -83,9 +85,26 @@ class _PostImportHook(importlib.abc.MetaPathFinder):
         return None
 
 
+# ---- torch.compile ----
+
+
+def _register_dynamo_backend(module) -> None:
+    """``torch.compile(backend="tpu")``: registered when Dynamo's registry is first
+    imported (by torch.compile itself), so ``import torchtpu`` stays light."""
+    if "tpu" in module._COMPILER_FNS:
+        return
+
+    def tpu(gm, example_inputs, **kwargs):
+        from .compile import backend
+        return backend(gm, example_inputs, **kwargs)
+
+    module.register_backend(compiler_fn=tpu, name="tpu")
+
+
 # ---- installation ----
 
-_PATCHES = {"accelerate.state": _patch_accelerate_state}
+_PATCHES = {"accelerate.state": _patch_accelerate_state,
+            "torch._dynamo.backends.registry": _register_dynamo_backend}
 
 
 def install() -> None:

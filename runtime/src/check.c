@@ -137,10 +137,12 @@ void tpu_op_check(tpu_builder_t* b, tpu_op_t* op, tpu_val_t bad, tpu_val_t value
   int64_t one = 1;
   tpu_val_t parts[2] = {tpu_b_reshape(b, idv, 1, &one), tpu_b_reshape(b, v, 1, &one)};
   tpu_val_t entry = tpu_b_concat(b, 2, parts, 0);
+  /* Checks of the ops inside a program combine into the program's one word. */
+  while (op->parent) op = op->parent;
   if (!op->checked) {
     op->check_acc = entry;
     op->check_bad = bad;
-  } else { /* an earlier check of this op that failed goes first */
+  } else { /* an earlier check (of this op, or an earlier op of the program) goes first */
     op->check_acc = tpu_b_select(b, op->check_bad, op->check_acc, entry);
     op->check_bad = tpu_b_binary(b, "stablehlo.or", op->check_bad, bad);
   }

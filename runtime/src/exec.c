@@ -10,68 +10,7 @@
 
 #include "cache.h"
 #include "check.h"
-
-/* ---------------------------------------------------------------- key bytes */
-
-typedef struct tpu_key {
-  uint8_t inline_buf[1024];
-  uint8_t* data;
-  size_t len, cap;
-  bool oom;
-} tpu_key_t;
-
-static void tpu_key_init(tpu_key_t* k) {
-  k->data = k->inline_buf;
-  k->len = 0;
-  k->cap = sizeof(k->inline_buf);
-  k->oom = false;
-}
-
-static void tpu_key_free(tpu_key_t* k) {
-  if (k->data != k->inline_buf) free(k->data);
-}
-
-static void tpu_key_put(tpu_key_t* k, const void* p, size_t n) {
-  if (k->oom || n == 0) return;
-  if (k->len + n > k->cap) {
-    size_t cap = k->cap * 2;
-    while (cap < k->len + n) cap *= 2;
-    uint8_t* d = k->data == k->inline_buf ? malloc(cap) : realloc(k->data, cap);
-    if (!d) {
-      k->oom = true;
-      return;
-    }
-    if (k->data == k->inline_buf) memcpy(d, k->inline_buf, k->len);
-    k->data = d;
-    k->cap = cap;
-  }
-  memcpy(k->data + k->len, p, n);
-  k->len += n;
-}
-
-static void tpu_key_i64(tpu_key_t* k, int64_t v) { tpu_key_put(k, &v, sizeof(v)); }
-static void tpu_key_str(tpu_key_t* k, const char* s) { tpu_key_put(k, s ? s : "", strlen(s ? s : "") + 1); }
-
-static void tpu_key_tensor(tpu_key_t* k, const tpu_tensor_t* t, const tpu_view_arg_t* v) {
-  int64_t head[3] = {v->mode, t->dtype, t->rank};
-  tpu_key_put(k, head, sizeof(head));
-  if (v->mode == TPU_VIEW_ABSENT) return;
-  tpu_key_put(k, t->sizes, sizeof(int64_t) * (size_t)t->rank);
-  if (v->mode == TPU_VIEW_ZEROS) {
-    /* Reads ignore the layout, but a write into this view (copy_) depends on it. */
-    tpu_key_i64(k, v->storage_elems);
-    tpu_key_put(k, t->strides, sizeof(int64_t) * (size_t)t->rank);
-    tpu_key_i64(k, t->offset);
-    return;
-  }
-  const tpu_aval_t* ba = &v->buffer_aval;
-  int64_t bh[2] = {ba->dtype, ba->rank};
-  tpu_key_put(k, bh, sizeof(bh));
-  tpu_key_put(k, ba->dims, sizeof(int64_t) * (size_t)ba->rank);
-  if (v->mode == TPU_VIEW_FULL) return;
-  tpu_key_put(k, t->strides, sizeof(int64_t) * (size_t)t->rank);
-  if (v->mode == TPU_VIEW_STATIC) tpu_key_i64(k, t->offset);
-}
+#include "key.h"
 
 /* ------------------------------------------------------------ the snapshot */
 
@@ -143,54 +82,6 @@ static tpu_status_t* tpu_snapshot_take(int device, const tpu_arg_t* args, int na
   return NULL;
 }
 
-/* ------------------------------------------------------------- the key */
-
-static void tpu_key_args(tpu_key_t* k, const char* name, const char* overload, unsigned flags,
-                         const tpu_arg_t* args, int nargs, const tpu_snapshot_t* s) {
-  tpu_key_str(k, name);
-  tpu_key_str(k, overload);
-  for (int i = 0; i < nargs; ++i) {
-    const tpu_arg_t* a = &args[i];
-    uint8_t kind = (uint8_t)a->kind;
-    tpu_key_put(k, &kind, 1);
-    switch (a->kind) {
-      case TPU_ARG_TENSOR: tpu_key_tensor(k, &a->u.tensor, &s->views[s->view_base[i]]); break;
-      case TPU_ARG_TENSOR_LIST:
-        tpu_key_i64(k, a->u.list.n);
-        for (int j = 0; j < a->u.list.n; ++j)
-          tpu_key_tensor(k, &a->u.list.tensors[j], &s->views[s->view_base[i] + j]);
-        break;
-      case TPU_ARG_SCALAR: {
-        int64_t v[2] = {a->u.scalar.dtype, a->u.scalar.wrapped};
-        tpu_key_put(k, v, sizeof(v));
-        if (flags & TPU_LOWER_STATIC_SCALARS) {
-          tpu_key_put(k, &a->u.scalar.f, sizeof(double));
-          tpu_key_i64(k, a->u.scalar.i);
-        }
-        break;
-      }
-      case TPU_ARG_INT: tpu_key_i64(k, a->u.i); break;
-      case TPU_ARG_FLOAT: tpu_key_put(k, &a->u.f, sizeof(double)); break;
-      case TPU_ARG_BOOL: tpu_key_i64(k, a->u.b); break;
-      case TPU_ARG_DTYPE: tpu_key_i64(k, a->u.dtype); break;
-      case TPU_ARG_STRING: tpu_key_str(k, a->u.str); break;
-      case TPU_ARG_INT_LIST:
-        tpu_key_i64(k, a->u.list.n);
-        tpu_key_put(k, a->u.list.ints, sizeof(int64_t) * (size_t)a->u.list.n);
-        break;
-      case TPU_ARG_FLOAT_LIST:
-        tpu_key_i64(k, a->u.list.n);
-        tpu_key_put(k, a->u.list.floats, sizeof(double) * (size_t)a->u.list.n);
-        break;
-      case TPU_ARG_BOOL_LIST:
-        tpu_key_i64(k, a->u.list.n);
-        for (int j = 0; j < a->u.list.n; ++j) tpu_key_i64(k, a->u.list.bools[j]);
-        break;
-      default: break;
-    }
-  }
-}
-
 /* ----------------------------------------------------------- lowering */
 
 static void tpu_dump_module(const char* name, uint64_t hash, const char* text) {
@@ -219,7 +110,7 @@ static void tpu_exec_op_free(tpu_exec_op_t* x) {
 }
 
 static tpu_exec_op_t* tpu_exec_op_new(const char* name, const char* overload, const tpu_arg_t* args, int nargs,
-                                      tpu_snapshot_t* s) {
+                                      tpu_snapshot_t* s, const void* program) {
   tpu_exec_op_t* x = calloc(1, sizeof(*x));
   int nv = s->nviews ? s->nviews : 1;
   size_t nvals = (size_t)(2 * nv) + (size_t)nargs * TPU_DTYPE_COUNT + 1;
@@ -234,6 +125,7 @@ static tpu_exec_op_t* tpu_exec_op_new(const char* name, const char* overload, co
   op->overload = overload;
   op->args = args;
   op->nargs = nargs;
+  op->program = program;
   op->views = s->views;
   op->nviews = s->nviews;
   op->view_base = s->view_base;
@@ -241,6 +133,7 @@ static tpu_exec_op_t* tpu_exec_op_new(const char* name, const char* overload, co
   op->buffer_vals = x->vals + nv;
   op->scalar_vals = x->vals + 2 * nv;
   x->list_error.arg = -1;
+  x->list_error.runtime_arg = -1;
   op->list_error = &x->list_error;
   return x;
 }
@@ -278,13 +171,13 @@ static tpu_status_t* tpu_exec_keep(tpu_builder_t* b, const tpu_op_t* op, int nou
 }
 
 static tpu_status_t* tpu_exec_lower(const char* name, const char* overload, tpu_lower_fn_t fn,
-                                    const tpu_arg_t* args, int nargs, int max_outs, tpu_snapshot_t* s,
-                                    uint64_t hash, tpu_compiled_t* out) {
+                                    const void* program, const tpu_arg_t* args, int nargs, int max_outs,
+                                    tpu_snapshot_t* s, uint64_t hash, tpu_compiled_t* out) {
   memset(out, 0, sizeof(*out));
   if (max_outs < 0) max_outs = 0;
   tpu_builder_t* b = NULL;
   TPU_RETURN_IF_ERROR(tpu_builder_create(&b));
-  tpu_exec_op_t* x = tpu_exec_op_new(name, overload, args, nargs, s);
+  tpu_exec_op_t* x = tpu_exec_op_new(name, overload, args, nargs, s, program);
   /* Sized by the caller: an op may return any number of results (+1: check.h's error word). */
   tpu_val_t* outs = malloc(sizeof(tpu_val_t) * (size_t)(max_outs + 1));
   tpu_status_t* st = NULL;
@@ -439,54 +332,93 @@ static tpu_status_t* tpu_exec_run_ranged(const char* name, const char* overload,
 
 /* ----------------------------------------------------------- the entry point */
 
-tpu_status_t* tpu_exec_run(const char* name, const char* overload, tpu_lower_fn_t fn, unsigned flags, int device,
-                           const tpu_arg_t* args, int nargs, int max_outs, tpu_buffer_t** out_buffers,
-                           int* out_nouts) {
-  *out_nouts = 0;
-  if (!tpu_runtime_initialized()) return TPU_STATUS(TPU_FAILED_PRECONDITION, "torchtpu runtime is not initialised");
-  if (device < 0 || device >= tpu_runtime_device_count())
-    return TPU_STATUS(TPU_INVALID_ARGUMENT, "tpu:%d is not a device", device);
-  if (flags & TPU_LOWER_DATA_RANGE)
-    return tpu_exec_run_ranged(name, overload, fn, flags, device, args, nargs, max_outs, out_buffers, out_nouts);
-  if (!overload) overload = "";
-  tpu_snapshot_t s;
-  TPU_RETURN_IF_ERROR(tpu_snapshot_take(device, args, nargs, &s));
+/* What one execution needs: the op or program, its arguments and room for results. */
+typedef struct tpu_exec_req {
+  const char* name;
+  const char* overload;
+  tpu_lower_fn_t fn;
+  unsigned flags;
+  const tpu_exec_program_t* program; /* NULL for an aten op */
+  int device;
+  const tpu_arg_t* args;
+  int nargs;
+  int max_outs;
+} tpu_exec_req_t;
+
+/* The compiled form for this request and snapshot: from the cache, or lowered,
+ * compiled and inserted. Returns a referenced entry. */
+static tpu_status_t* tpu_exec_entry(const tpu_exec_req_t* r, tpu_snapshot_t* s, tpu_cache_entry_t** out_entry) {
+  *out_entry = NULL;
   tpu_key_t k;
   tpu_key_init(&k);
-  tpu_key_args(&k, name, overload, flags, args, nargs, &s);
-  tpu_status_t* st = NULL;
-  tpu_cache_entry_t* entry = NULL;
-  if (k.oom) st = TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "out of host memory");
+  if (r->program) tpu_key_put(&k, r->program->key, r->program->key_len);
+  tpu_key_args(&k, r->name, r->overload, r->flags, r->args, r->nargs, s->views, s->view_base);
+  tpu_status_t* st = k.oom ? TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "out of host memory") : NULL;
   uint64_t hash = st ? 0 : tpu_hash_bytes(k.data, k.len);
-  if (!st) entry = tpu_cache_lookup(k.data, k.len, hash);
-  if (!st && entry) {
+  if (!st) *out_entry = tpu_cache_lookup(k.data, k.len, hash);
+  if (!st && *out_entry) {
     tpu_metric_add(TPU_METRIC_CACHE_HITS, 1);
   } else if (!st) {
     tpu_metric_add(TPU_METRIC_CACHE_MISSES, 1);
     tpu_compiled_t c;
-    st = tpu_exec_lower(name, overload, fn, args, nargs, max_outs, &s, hash, &c);
-    if (!st) st = tpu_cache_insert(k.data, k.len, hash, &c, &entry);
+    st = tpu_exec_lower(r->name, r->overload, r->fn, r->program ? r->program->program : NULL, r->args, r->nargs,
+                        r->max_outs, s, hash, &c);
+    if (!st) st = tpu_cache_insert(k.data, k.len, hash, &c, out_entry);
   }
   tpu_key_free(&k);
+  return st;
+}
+
+/* Feeds the operands and launches the compiled form. */
+static tpu_status_t* tpu_exec_launch(const tpu_exec_req_t* r, const tpu_compiled_t* c, const tpu_snapshot_t* s,
+                                     tpu_buffer_t** out_buffers, int* out_nouts) {
+  /* Checked before the parameters: they may draw from the generator. */
+  if (c->nouts > r->max_outs)
+    return TPU_STATUS(TPU_INTERNAL, "%s: %d results, room for %d", r->name, c->nouts, r->max_outs);
+  tpu_buffer_t* stack_bufs[32];
+  tpu_buffer_t** bufs = c->nparams <= 32 ? stack_bufs : calloc((size_t)c->nparams, sizeof(*bufs));
+  if (!bufs) return TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "out of host memory");
+  memset(bufs, 0, sizeof(*bufs) * (size_t)c->nparams);
+  tpu_status_t* st = tpu_exec_params(c, r->device, r->args, r->nargs, s, bufs);
+  if (!st && c->checked) st = tpu_check_execute(c, r->device, bufs, r->name, out_buffers);
+  else if (!st) st = tpu_executable_execute(c->exe, r->device, c->nparams, bufs, c->nouts, c->out_avals, r->name, out_buffers);
+  if (!st) *out_nouts = c->nouts;
+  for (int p = 0; p < c->nparams; ++p) tpu_buffer_release(bufs[p]);
+  if (bufs != stack_bufs) free(bufs);
+  return st;
+}
+
+static tpu_status_t* tpu_exec_run_req(const tpu_exec_req_t* r, tpu_buffer_t** out_buffers, int* out_nouts) {
+  *out_nouts = 0;
+  if (!tpu_runtime_initialized()) return TPU_STATUS(TPU_FAILED_PRECONDITION, "torchtpu runtime is not initialised");
+  if (r->device < 0 || r->device >= tpu_runtime_device_count())
+    return TPU_STATUS(TPU_INVALID_ARGUMENT, "tpu:%d is not a device", r->device);
+  tpu_snapshot_t s;
+  TPU_RETURN_IF_ERROR(tpu_snapshot_take(r->device, r->args, r->nargs, &s));
+  tpu_cache_entry_t* entry = NULL;
+  tpu_status_t* st = tpu_exec_entry(r, &s, &entry);
   if (!st) {
-    const tpu_compiled_t* c = tpu_cache_entry_compiled(entry);
-    tpu_buffer_t* stack_bufs[32];
-    tpu_buffer_t** bufs = c->nparams <= 32 ? stack_bufs : calloc((size_t)c->nparams, sizeof(*bufs));
-    if (!bufs) st = TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "out of host memory");
-    if (!st) {
-      memset(bufs, 0, sizeof(*bufs) * (size_t)c->nparams);
-      /* Checked before the parameters: they may draw from the generator. */
-      if (c->nouts > max_outs) st = TPU_STATUS(TPU_INTERNAL, "%s: %d results, room for %d", name, c->nouts, max_outs);
-      if (!st) st = tpu_exec_params(c, device, args, nargs, &s, bufs);
-      if (!st && c->checked) st = tpu_check_execute(c, device, bufs, name, out_buffers);
-      else if (!st) st = tpu_executable_execute(c->exe, device, c->nparams, bufs, c->nouts, c->out_avals, name, out_buffers);
-      if (!st) *out_nouts = c->nouts;
-      for (int p = 0; p < c->nparams; ++p) tpu_buffer_release(bufs[p]);
-      if (bufs != stack_bufs) free(bufs);
-    }
+    st = tpu_exec_launch(r, tpu_cache_entry_compiled(entry), &s, out_buffers, out_nouts);
     tpu_metric_add(TPU_METRIC_OPS_EXECUTED, 1);
   }
   tpu_cache_entry_release(entry);
   tpu_snapshot_release(&s);
   return st;
+}
+
+tpu_status_t* tpu_exec_run(const char* name, const char* overload, tpu_lower_fn_t fn, unsigned flags, int device,
+                           const tpu_arg_t* args, int nargs, int max_outs, tpu_buffer_t** out_buffers,
+                           int* out_nouts) {
+  *out_nouts = 0;
+  if (flags & TPU_LOWER_DATA_RANGE)
+    return tpu_exec_run_ranged(name, overload, fn, flags, device, args, nargs, max_outs, out_buffers, out_nouts);
+  tpu_exec_req_t r = {name, overload ? overload : "", fn, flags, NULL, device, args, nargs, max_outs};
+  return tpu_exec_run_req(&r, out_buffers, out_nouts);
+}
+
+tpu_status_t* tpu_exec_run_program(const char* name, tpu_lower_fn_t fn, const tpu_exec_program_t* program,
+                                   int device, const tpu_arg_t* args, int nargs, int max_outs,
+                                   tpu_buffer_t** out_buffers, int* out_nouts) {
+  tpu_exec_req_t r = {name, "", fn, 0, program, device, args, nargs, max_outs};
+  return tpu_exec_run_req(&r, out_buffers, out_nouts);
 }

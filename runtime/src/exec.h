@@ -52,6 +52,9 @@ typedef struct tpu_param_src {
 typedef struct tpu_op_list_error {
   int arg;      /* -1: none */
   int len, cap; /* the list's length and the reader's buffer */
+  /* The first runtime-valued argument (a symbolic size inside a program) a
+   * lowering read as a static value (tpu_op_int/float/bool); -1: none. */
+  int runtime_arg;
 } tpu_op_list_error_t;
 
 struct tpu_op {
@@ -59,6 +62,14 @@ struct tpu_op {
   const char* overload;
   const tpu_arg_t* args;
   int nargs;
+  /* A whole program's own data (graph.c), NULL for an aten op. */
+  const void* program;
+  /* An op inside a program (graph.c): its tensor arguments are values of the
+   * program's builder (view_vals preset), its operands (RNG state, checks) are
+   * the root program's, and arg_vals[i] holds the value of a TPU_ARG_SCALAR
+   * argument read from the program (TPU_NOVAL: a constant). NULL in eager. */
+  tpu_op_t* parent;
+  const tpu_val_t* arg_vals;
   /* Per tensor (arg, item): the snapshot and, once emitted, its value. */
   tpu_view_arg_t* views;   /* indexed by tpu_op_view_index */
   tpu_val_t* view_vals;    /* materialised values */
@@ -96,11 +107,38 @@ tpu_val_t tpu_view_flatten(tpu_builder_t* b, tpu_val_t buffer, tpu_dtype_t dtype
 /* Inverse of tpu_view_flatten: back to the buffer's own aval. */
 tpu_val_t tpu_view_unflatten(tpu_builder_t* b, tpu_val_t flat, const tpu_aval_t* buffer_aval);
 
+/* Lowers op `name` (lowering fn) inside `parent`'s lowering: its arguments are
+ * as tpu_op_run's, with tensors given as values of this builder by reference
+ * (TPU_ARG_VALUE / VALUE_LIST / VALUE_SCALAR: ids into `vals`). The op's
+ * operands (RNG state, device-side checks) become the parent's. */
+tpu_status_t* tpu_op_lower_values(tpu_builder_t* b, tpu_op_t* parent, tpu_lower_fn_t fn, const char* name,
+                                  const char* overload, const tpu_arg_t* args, int nargs, const tpu_val_t* vals,
+                                  int max_outs, tpu_val_t* outs, int* out_nouts);
+
 /* Runs lowering `fn` for op `name` through the cache; returns raw output buffers
  * (owned) and their count. */
+
 tpu_status_t* tpu_exec_run(const char* name, const char* overload, tpu_lower_fn_t fn, unsigned flags,
                            int device, const tpu_arg_t* args, int nargs, int max_outs,
                            tpu_buffer_t** out_buffers, int* out_nouts);
+
+/* A whole program (graph.c): `program` is handed to its lowering as
+ * op->program, `key` (its identity, key_len bytes) joins the cache key. */
+typedef struct tpu_exec_program {
+  const void* program;
+  const uint8_t* key;
+  size_t key_len;
+} tpu_exec_program_t;
+/* Runs a program through the same cache and launch path as an op; `args` are
+ * its inputs, `fn` lowers it (on a miss) with op->program set. */
+tpu_status_t* tpu_exec_run_program(const char* name, tpu_lower_fn_t fn, const tpu_exec_program_t* program,
+                                   int device, const tpu_arg_t* args, int nargs, int max_outs,
+                                   tpu_buffer_t** out_buffers, int* out_nouts);
+
+/* Wraps output buffers (all consumed, also on error) as result storages on
+ * `device`; a TPU_LOWER_DYNAMIC_SHAPE op's dim-0 sizes are trimmed to `lengths`. */
+tpu_status_t* tpu_op_results(int device, unsigned flags, tpu_buffer_t** bufs, int n, const int64_t* lengths,
+                             tpu_result_t* out_results);
 
 /* Scalar buffers are cached by (device, dtype, bits). Owned reference. */
 tpu_status_t* tpu_scalar_buffer(int device, tpu_dtype_t dtype, const void* bytes,

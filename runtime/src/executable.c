@@ -1,9 +1,11 @@
 /* Compiling StableHLO text into loaded executables and running them. */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "device.h"
+#include "diskcache.h"
 #include "pjrt/pjrt.h"
 
 struct tpu_executable {
@@ -15,6 +17,62 @@ struct tpu_executable {
  * execute_device may pick any device), then executable_build_options {
  * num_replicas = 1, num_partitions = 1 }. Empty options abort the CPU plugin. */
 static const char kCompileOptions[] = {0x20, 0x01, 0x1a, 0x04, 0x20, 0x01, 0x28, 0x01};
+
+/* The same, plus env_option_overrides (field 7, a map entry) {"xla_cpu_use_xnnpack":
+ * OptionOverrideProto{bool_field: false}}, sent to the CPU plugin only. Its XNNPACK
+ * dot path reuses the right-hand operand it prepared on an earlier call when the
+ * new operand sits at the address of a destroyed one: a fresh weight buffer that
+ * malloc places where an old one was yields x @ W_old. Addresses depend on when
+ * buffers are freed, so strict mode trained to different weights run to run
+ * (tests/test_determinism.py). The override keeps the plugin's other defaults
+ * (a debug_options message would reset them all); Eigen then does the dots. */
+static const char kCompileOptionsCpu[] = {
+    0x20, 0x01, 0x1a, 0x04, 0x20, 0x01, 0x28, 0x01, 0x3a, 0x19, 0x0a, 0x13, 'x', 'l', 'a', '_', 'c',
+    'p',  'u',  '_',  'u',  's',  'e',  '_',  'x',  'n',  'n',  'p',  'a',  'c', 'k', 0x12, 0x02, 0x10, 0x00};
+/* Set once a CPU plugin rejects the override: it has no such option (and so no
+ * XNNPACK path to avoid), so later compiles send the plain options. */
+static atomic_bool g_no_xnn_option;
+
+/* The options for this plugin; *out_override says whether they carry the override. */
+static const char* compile_options(size_t* out_len, bool* out_override) {
+  *out_override = strcmp(tpu_runtime_platform_name(), "cpu") == 0 &&
+                  !atomic_load_explicit(&g_no_xnn_option, memory_order_relaxed);
+  *out_len = *out_override ? sizeof kCompileOptionsCpu : sizeof kCompileOptions;
+  return *out_override ? kCompileOptionsCpu : kCompileOptions;
+}
+
+/* Compiles with this plugin's options; a CPU plugin that does not know the
+ * XNNPACK option is asked again without it. *out_options / *out_options_len:
+ * the options of the successful compile (the disk cache keys on them). */
+static tpu_status_t* compile_program(const PJRT_Api* api, PJRT_Program* program,
+                                     PJRT_LoadedExecutable** out_loaded, const char** out_options,
+                                     size_t* out_options_len) {
+  *out_loaded = NULL;
+  *out_options = NULL;
+  *out_options_len = 0;
+  tpu_status_t* status = NULL;
+  for (int attempt = 0; attempt < 2; attempt++) {
+    bool override = false;
+    size_t len = 0;
+    TPU_PJRT_ARGS(PJRT_Client_Compile_Args, args, executable);
+    args.client = tpu_client_pjrt();
+    args.program = program;
+    args.compile_options = compile_options(&len, &override);
+    args.compile_options_size = len;
+    status = TPU_PJRT_CALL(api, Client_Compile, &args);
+    if (!status) {
+      *out_loaded = args.executable;
+      *out_options = args.compile_options;
+      *out_options_len = len;
+      return NULL;
+    }
+    const char* msg = tpu_status_message(status);
+    if (!override || !msg || !strstr(msg, "xla_cpu_use_xnnpack")) return status;
+    tpu_status_free(status);
+    atomic_store_explicit(&g_no_xnn_option, true, memory_order_relaxed);
+  }
+  return status;
+}
 
 /* Arrays up to this size live on the stack: most ops have a handful. */
 #define TPU_SMALL_ARITY 16
@@ -48,6 +106,42 @@ static tpu_status_t* num_outputs(const PJRT_Api* api, PJRT_LoadedExecutable* loa
   return status;
 }
 
+/* The disk tier first: a hit loads the serialized executable instead of
+ * compiling; a real compile is then stored. The lookup keys on the options
+ * compile_program would send now; a store keys on those it did send (they
+ * differ only in the one call where a CPU plugin refuses the XNNPACK option). */
+static tpu_status_t* load_or_compile(const PJRT_Api* api, const char* mlir, size_t len,
+                                     PJRT_LoadedExecutable** out_loaded) {
+  *out_loaded = NULL;
+  bool disk = tpu_disk_cache_enabled();
+  tpu_disk_key_t key;
+  size_t options_len = 0;
+  bool override = false;
+  const char* options = compile_options(&options_len, &override);
+  if (disk) {
+    tpu_disk_cache_key(mlir, len, options, options_len, &key);
+    *out_loaded = tpu_disk_cache_load(api, &key);
+    if (*out_loaded) return NULL;
+  }
+  TPU_PJRT_ARGS(PJRT_Program, program, format_size);
+  program.code = (char*)mlir; /* the plugin only reads it */
+  program.code_size = len;
+  program.format = "mlir";
+  program.format_size = 4;
+  const char* used = NULL;
+  size_t used_len = 0;
+  int64_t t0 = now_ns();
+  tpu_status_t* status = compile_program(api, &program, out_loaded, &used, &used_len);
+  tpu_metric_add(TPU_METRIC_COMPILES, 1);
+  tpu_metric_add(TPU_METRIC_COMPILE_NS, now_ns() - t0);
+  TPU_RETURN_IF_ERROR(status);
+  if (disk) {
+    if (used != options) tpu_disk_cache_key(mlir, len, used, used_len, &key);
+    tpu_disk_cache_store(api, &key, *out_loaded);
+  }
+  return NULL;
+}
+
 tpu_status_t* tpu_executable_compile(const char* mlir, size_t len, int nouts,
                                      tpu_executable_t** out_exe) {
   if (!out_exe) return TPU_STATUS(TPU_INVALID_ARGUMENT, "out_exe is NULL");
@@ -57,34 +151,22 @@ tpu_status_t* tpu_executable_compile(const char* mlir, size_t len, int nouts,
   const PJRT_Api* api = tpu_client_api();
   if (!api) return TPU_STATUS(TPU_FAILED_PRECONDITION, "the torchtpu runtime is not initialised");
 
-  TPU_PJRT_ARGS(PJRT_Program, program, format_size);
-  program.code = (char*)mlir; /* the plugin only reads it */
-  program.code_size = len;
-  program.format = "mlir";
-  program.format_size = 4;
-  TPU_PJRT_ARGS(PJRT_Client_Compile_Args, args, executable);
-  args.client = tpu_client_pjrt();
-  args.program = &program;
-  args.compile_options = kCompileOptions;
-  args.compile_options_size = sizeof kCompileOptions;
-  int64_t t0 = now_ns();
-  tpu_status_t* status = TPU_PJRT_CALL(api, Client_Compile, &args);
-  tpu_metric_add(TPU_METRIC_COMPILES, 1);
-  tpu_metric_add(TPU_METRIC_COMPILE_NS, now_ns() - t0);
+  PJRT_LoadedExecutable* loaded = NULL;
+  tpu_status_t* status = load_or_compile(api, mlir, len, &loaded);
   if (status) return tpu_status_annotate(status, "compile");
 
   size_t n = 0;
-  status = num_outputs(api, args.executable, &n);
+  status = num_outputs(api, loaded, &n);
   if (!status && n != (size_t)nouts) {
     status = TPU_STATUS(TPU_INTERNAL, "compiled program has %zu outputs, expected %d", n, nouts);
   }
   tpu_executable_t* exe = status ? NULL : malloc(sizeof *exe);
   if (!status && !exe) status = TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "out of memory");
   if (status) {
-    loaded_destroy(api, args.executable);
+    loaded_destroy(api, loaded);
     return status;
   }
-  exe->loaded = args.executable;
+  exe->loaded = loaded;
   exe->nouts = nouts;
   *out_exe = exe;
   return NULL;

@@ -54,9 +54,25 @@ int tpu_op_list_len(const tpu_op_t* op, int i) {
   }
 }
 
+bool tpu_op_is_runtime(const tpu_op_t* op, int i) {
+  return op->arg_vals && i >= 0 && i < op->nargs && op->arg_vals[i] != TPU_NOVAL;
+}
+
+/* A static read of a runtime value: the lowering would see a placeholder. */
+static bool tpu_op_static_read(const tpu_op_t* op, int i) {
+  if (!tpu_op_is_runtime(op, i)) return false;
+  if (op->list_error && op->list_error->runtime_arg < 0) op->list_error->runtime_arg = i;
+  return true;
+}
+
+tpu_val_t tpu_op_index(tpu_builder_t* b, tpu_op_t* op, int i) {
+  if (tpu_op_is_runtime(op, i)) return tpu_b_convert(b, op->arg_vals[i], TPU_I64);
+  return tpu_b_const_i(b, TPU_I64, tpu_op_int(op, i, 0));
+}
+
 int64_t tpu_op_int(const tpu_op_t* op, int i, int64_t dflt) {
   const tpu_arg_t* a = tpu_op_arg(op, i);
-  if (!a) return dflt;
+  if (!a || tpu_op_static_read(op, i)) return dflt;
   switch (a->kind) {
     case TPU_ARG_INT: return a->u.i;
     case TPU_ARG_BOOL: return a->u.b;
@@ -68,7 +84,7 @@ int64_t tpu_op_int(const tpu_op_t* op, int i, int64_t dflt) {
 
 double tpu_op_float(const tpu_op_t* op, int i, double dflt) {
   const tpu_arg_t* a = tpu_op_arg(op, i);
-  if (!a) return dflt;
+  if (!a || tpu_op_static_read(op, i)) return dflt;
   switch (a->kind) {
     case TPU_ARG_FLOAT: return a->u.f;
     case TPU_ARG_INT: return (double)a->u.i;
@@ -81,7 +97,7 @@ double tpu_op_float(const tpu_op_t* op, int i, double dflt) {
 
 bool tpu_op_bool(const tpu_op_t* op, int i, bool dflt) {
   const tpu_arg_t* a = tpu_op_arg(op, i);
-  if (!a) return dflt;
+  if (!a || tpu_op_static_read(op, i)) return dflt;
   if (a->kind == TPU_ARG_BOOL) return a->u.b;
   if (a->kind == TPU_ARG_INT) return a->u.i != 0;
   return dflt;
@@ -122,6 +138,8 @@ int tpu_op_view_index(const tpu_op_t* op, int arg, int item) {
 
 tpu_val_t tpu_op_add_param(tpu_builder_t* b, tpu_op_t* op, tpu_param_src_t src, const tpu_aval_t* aval) {
   if (!tpu_b_ok(b)) return TPU_NOVAL;
+  /* An op inside a program: its operands are the program's. */
+  if (op->parent) return tpu_op_add_param(b, op->parent, src, aval);
   if (op->nparams == op->params_cap) {
     int cap = op->params_cap ? op->params_cap * 2 : 32;
     tpu_param_src_t* p = realloc(op->params, sizeof(*p) * (size_t)cap);
@@ -209,6 +227,15 @@ static tpu_dtype_t tpu_scalar_carrier(tpu_dtype_t as) {
   return TPU_I64;
 }
 
+/* A scalar argument of an op inside a program: a value the program computed or
+ * read, or else a constant (the program is compiled for these values). */
+static tpu_val_t tpu_op_program_scalar(tpu_builder_t* b, const tpu_op_t* op, int i, tpu_dtype_t as) {
+  if (op->arg_vals && op->arg_vals[i] != TPU_NOVAL) return tpu_b_convert(b, op->arg_vals[i], as);
+  const tpu_scalar_t* sc = &op->args[i].u.scalar;
+  if (tpu_dtype_is_float(sc->dtype) || tpu_dtype_is_complex(sc->dtype)) return tpu_b_const(b, as, sc->f);
+  return tpu_b_const_i(b, as, sc->i);
+}
+
 tpu_val_t tpu_op_scalar(tpu_builder_t* b, tpu_op_t* op, int i, tpu_dtype_t as) {
   const tpu_arg_t* a = tpu_op_arg(op, i);
   if (!a) {
@@ -226,6 +253,7 @@ tpu_val_t tpu_op_scalar(tpu_builder_t* b, tpu_op_t* op, int i, tpu_dtype_t as) {
   }
   tpu_val_t* cached = &op->scalar_vals[i * TPU_DTYPE_COUNT + (int)as];
   if (*cached != TPU_NOVAL) return *cached;
+  if (op->parent) return *cached = tpu_op_program_scalar(b, op, i, as);
   tpu_dtype_t carrier = tpu_scalar_carrier(as);
   tpu_param_src_t src = {TPU_PARAM_SCALAR, i, -1, carrier};
   tpu_aval_t av = tpu_aval_make(carrier, 0, NULL);

@@ -27,7 +27,7 @@ static bool tpu_tensor_covers_storage(const tpu_tensor_t* t) {
          (size_t)tpu_tensor_numel(t) * tpu_dtype_size(t->dtype) == tpu_storage_nbytes(t->storage);
 }
 
-static tpu_tensor_t tpu_tensor_dense(tpu_storage_t* s, tpu_dtype_t dtype, int rank, const int64_t* sizes) {
+tpu_tensor_t tpu_tensor_dense(tpu_storage_t* s, tpu_dtype_t dtype, int rank, const int64_t* sizes) {
   tpu_tensor_t t;
   memset(&t, 0, sizeof(t));
   t.storage = s;
@@ -63,8 +63,8 @@ static tpu_status_t* tpu_read_lengths(const char* name, tpu_buffer_t** bufs, int
 
 /* Wraps the op's output buffers (all consumed) as results; trims the sizes of a
  * dynamic-shape op by its lengths. */
-static tpu_status_t* tpu_op_results(int device, unsigned flags, tpu_buffer_t** bufs, int n, const int64_t* lengths,
-                                    tpu_result_t* out_results) {
+tpu_status_t* tpu_op_results(int device, unsigned flags, tpu_buffer_t** bufs, int n, const int64_t* lengths,
+                             tpu_result_t* out_results) {
   tpu_status_t* st = NULL;
   for (int i = 0; i < n; ++i) {
     const tpu_aval_t* a = tpu_buffer_aval(bufs[i]);
@@ -86,12 +86,11 @@ static tpu_status_t* tpu_op_results(int device, unsigned flags, tpu_buffer_t** b
   return st;
 }
 
-/* A copy of `args` with the op's runtime float (ops/table.c) turned into a
- * runtime scalar operand, or *out_args NULL when there is none to convert. */
-static tpu_status_t* tpu_op_runtime_floats(const char* name, const tpu_arg_t* args, int nargs,
+/* A copy of `args` with argument i (the op's runtime float, ops/table.c) turned
+ * into a runtime scalar operand, or *out_args NULL when there is none to convert. */
+static tpu_status_t* tpu_op_runtime_floats(const char* name, int i, const tpu_arg_t* args, int nargs,
                                            tpu_arg_t** out_args) {
   *out_args = NULL;
-  int i = tpu_lowering_runtime_float(name);
   if (i < 0 || i >= nargs || args[i].kind != TPU_ARG_FLOAT) return NULL;
   tpu_arg_t* copy = malloc(sizeof(*copy) * (size_t)nargs);
   if (!copy) return TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "%s: out of host memory", name);
@@ -106,25 +105,31 @@ static tpu_status_t* tpu_op_runtime_floats(const char* name, const tpu_arg_t* ar
   return NULL;
 }
 
+/* Most ops return a few results: their buffers live on the stack. */
+#define TPU_SMALL_RESULTS 16
+
 tpu_status_t* tpu_op_run(const char* name, const char* overload, int device, const tpu_arg_t* args,
                          int nargs, int max_results, tpu_result_t* out_results, int* out_nresults) {
   *out_nresults = 0;
-  tpu_lower_fn_t fn = tpu_lowering_find(name);
-  if (!fn)
+  const tpu_lowering_info_t* info = tpu_lowering_info(name);
+  if (!info)
     return TPU_STATUS(TPU_UNIMPLEMENTED, "no lowering for aten::%s%s%s", name, overload && *overload ? "." : "",
                       overload ? overload : "");
-  unsigned flags = tpu_lowering_flags(name);
+  unsigned flags = info->flags;
   int cap = max_results > 0 ? max_results : 0;
   if (flags & TPU_LOWER_DYNAMIC_SHAPE) cap++; /* room for the lengths vector */
   /* Sized by the caller's bound: no fixed cap on the number of results. */
-  tpu_buffer_t** bufs = calloc((size_t)(cap ? cap : 1), sizeof(*bufs));
-  int64_t* lengths = calloc((size_t)(cap ? cap : 1), sizeof(*lengths));
+  tpu_buffer_t* small_bufs[TPU_SMALL_RESULTS];
+  int64_t small_lengths[TPU_SMALL_RESULTS];
+  bool small = cap <= TPU_SMALL_RESULTS;
+  tpu_buffer_t** bufs = small ? small_bufs : calloc((size_t)cap, sizeof(*bufs));
+  int64_t* lengths = small ? small_lengths : calloc((size_t)cap, sizeof(*lengths));
   int n = 0;
   tpu_status_t* st = bufs && lengths ? NULL : TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "out of host memory");
   tpu_arg_t* own_args = NULL;
-  if (!st) st = tpu_op_runtime_floats(name, args, nargs, &own_args);
+  if (!st) st = tpu_op_runtime_floats(name, info->runtime_float, args, nargs, &own_args);
   if (own_args) args = own_args;
-  if (!st) st = tpu_exec_run(name, overload, fn, flags, device, args, nargs, cap, bufs, &n);
+  if (!st) st = tpu_exec_run(name, overload, info->fn, flags, device, args, nargs, cap, bufs, &n);
   free(own_args);
   if (!st && (flags & TPU_LOWER_DYNAMIC_SHAPE)) st = tpu_read_lengths(name, bufs, &n, lengths);
   /* Reading the lengths synchronised: report check failures (check.h) as a sync does. */
@@ -137,8 +142,10 @@ tpu_status_t* tpu_op_run(const char* name, const char* overload, int device, con
     st = TPU_STATUS(TPU_INTERNAL, "%s: %d results, room for %d", name, n, max_results);
   }
   if (!st) st = tpu_op_results(device, flags, bufs, n, lengths, out_results);
-  free(bufs);
-  free(lengths);
+  if (!small) {
+    free(bufs);
+    free(lengths);
+  }
   if (!st) *out_nresults = n;
   return st;
 }

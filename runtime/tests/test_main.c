@@ -4,10 +4,12 @@
  * The PJRT plugin comes from TORCHTPU_PJRT_PLUGIN; the runtime is initialised
  * once (one CPU device) for all tests and shut down at the end so sanitizer
  * runs see every buffer released. */
+#include <dirent.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "test.h"
 #include "torchtpu/runtime.h"
@@ -74,6 +76,36 @@ static int entry_cmp(const void* a, const void* b) {
   return c ? c : x->seq - y->seq;
 }
 
+/* The disk compile cache goes to a fresh directory of this run, removed at the
+ * end, unless TORCHTPU_CACHE_DIR names one: tests never fill ~/.cache, and
+ * every compile of the run goes through the tier. */
+static char g_cache_dir[64];
+
+static void cache_dir_setup(void) {
+  const char* set = getenv("TORCHTPU_CACHE_DIR");
+  if (set && *set) return;
+  snprintf(g_cache_dir, sizeof g_cache_dir, "/tmp/torchtpu-ctest-XXXXXX");
+  if (mkdtemp(g_cache_dir)) {
+    setenv("TORCHTPU_CACHE_DIR", g_cache_dir, 1);
+  } else {
+    g_cache_dir[0] = '\0';
+  }
+}
+
+static void cache_dir_remove(void) {
+  if (!g_cache_dir[0]) return;
+  tpu_status_free(tpu_disk_cache_clear()); /* the entries; then the empty fan-out dirs */
+  DIR* d = opendir(g_cache_dir);
+  char path[sizeof g_cache_dir + 260];
+  for (struct dirent* e; d && (e = readdir(d));) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+    snprintf(path, sizeof path, "%s/%s", g_cache_dir, e->d_name);
+    rmdir(path);
+  }
+  if (d) closedir(d);
+  rmdir(g_cache_dir);
+}
+
 int main(int argc, char** argv) {
   const char* filter = argc > 1 ? argv[1] : NULL;
   const char* plugin = getenv("TORCHTPU_PJRT_PLUGIN");
@@ -82,6 +114,7 @@ int main(int argc, char** argv) {
     printf("0 passed, 1 failed\n");
     return 1;
   }
+  cache_dir_setup();
   tpu_status_t* status = tpu_runtime_init(plugin, 1);
   if (status) {
     fprintf(stderr, "tpu_runtime_init(%s): %s: %s\n", plugin,
@@ -110,6 +143,7 @@ int main(int argc, char** argv) {
   }
 
   tpu_runtime_shutdown();
+  cache_dir_remove();
   printf("%d passed, %d failed\n", passed, failed);
   return failed ? 1 : 0;
 }

@@ -52,6 +52,13 @@ bfloat16 autocast (torch.autocast("tpu") vs torch.autocast("cpu"))
   (`bf16_excused`): both are bf16 approximations of the same float32 computation with
   independent rounding, so their distance can reach twice either's error. Such cells
   list the excused tensors with both errors.
+  Training parameters get one more, aggregate, escape: Adam's first steps move every
+  element by about lr whatever its gradient's size, so an element whose bf16 gradient
+  is small flips direction at random and single parameters can end 10x further from
+  float32 training on either side (measured on CLIP: per-parameter ratios from 0.1 to
+  10 both ways). All parameters together are stable: the bf16 train check passes when
+  ||P_tpu - P_f32|| <= 2 ||P_cpu - P_f32|| over all (non-noise) parameters; the
+  per-parameter outliers are then listed as a note.
 """
 from __future__ import annotations
 
@@ -489,6 +496,23 @@ def _train(model, inp, device, dtype):
     return losses, noisy
 
 
+def _aggregate_update_err(base, cpu, dev, ref, noisy):
+    """||P - P_f32|| / ||P_f32 - P_0|| over all parameters but the noise-gradient ones,
+    for tpu and CPU (bf16): how far each bf16 training ended from float32 training,
+    relative to how far float32 training moved."""
+    num_t = num_c = den = 0.0
+    for (n, p0), (_, a), (_, b), (_, r) in zip(_unique_params(base), _unique_params(cpu),
+                                               _unique_params(dev), _unique_params(ref)):
+        if n in noisy:
+            continue
+        r = r.detach().double()
+        num_t += (b.detach().cpu().double() - r).pow(2).sum().item()
+        num_c += (a.detach().double() - r).pow(2).sum().item()
+        den += (r - p0.detach().double()).pow(2).sum().item()
+    den = math.sqrt(den) or 1e-30
+    return math.sqrt(num_t) / den, math.sqrt(num_c) / den
+
+
 def check_train(base, task, inp, dtype, attn):
     cpu, dev = pair(base)
     tol = TOL[dtype]
@@ -526,6 +550,14 @@ def check_train(base, task, inp, dtype, attn):
                 excused.append(f"{n} (tpu {e_t:.2g}, cpu {e_c:.2g} of lr*steps from f32)")
                 continue
         bad.append(n)
+    if bad and ref is not None:
+        agg = _aggregate_update_err(base, cpu, dev, ref, noisy)
+        kw["aggregate_vs_f32"] = f"tpu {agg[0]:.3g}, cpu {agg[1]:.3g} of the f32 update"
+        if agg[0] <= BF16_REF_FACTOR * agg[1]:
+            kw["note"] = (f"bf16 train: per-parameter outliers within bf16 noise ({', '.join(bad[:4])}"
+                          f"{', ...' if len(bad) > 4 else ''}); all parameters together: "
+                          + kw["aggregate_vs_f32"])
+            bad = []
     ok = curve_ok and not bad
     tie, kw["detail"] = _routing(ok, rc, rt, tol)
     return result("train", dtype, attn, "pass" if ok or tie else "fail", tie=tie or None,

@@ -402,8 +402,13 @@ void check(tpu_status_t* s, const char* what) {
 }
 }  // namespace
 
+namespace torchtpu {
+void register_graph(py::module& m);  // graph.cpp
+}
+
 PYBIND11_MODULE(_C, m) {
   m.doc() = "torchtpu C++ binding over the tpu C runtime";
+  register_graph(m);
   m.def(
       "init",
       [](const std::string& plugin_path, int cpu_devices) {
@@ -451,6 +456,13 @@ PYBIND11_MODULE(_C, m) {
     return d;
   });
   m.def("reset_metrics", []() { tpu_metrics_reset(); });
+  // Both compile-cache tiers: the in-memory executables and the disk entries.
+  m.def("cache_clear", []() {
+    py::gil_scoped_release nogil;
+    tpu_cache_clear();
+    check(tpu_disk_cache_clear(), "tpu: cache_clear");
+  });
+  m.def("cache_dir", []() { return std::string(tpu_disk_cache_dir()); });
   m.def("default_generator", [](int index) {
     TORCH_CHECK(index >= 0 && index < device_count(), "tpu: invalid device index ", index);
     return py::reinterpret_steal<py::object>(

@@ -32,6 +32,14 @@ tpu_aval_t tpu_op_aval(const tpu_op_t* op, int i);
 tpu_aval_t tpu_op_list_aval(const tpu_op_t* op, int i, int j);
 int tpu_op_list_len(const tpu_op_t* op, int i);
 
+/* Inside a compiled program an int argument may be a runtime value (a symbolic
+ * size such as a decode position). Lowerings that can take one test for it and
+ * read it as a 0-d i64 value; a static read (tpu_op_int ...) of a runtime value
+ * fails the op instead of returning a placeholder. */
+bool tpu_op_is_runtime(const tpu_op_t* op, int i);
+/* Int argument i as a 0-d i64 value: the runtime value, or a constant. */
+tpu_val_t tpu_op_index(tpu_builder_t* b, tpu_op_t* op, int i);
+
 /* Static values with defaults for absent (NONE / missing) arguments. */
 int64_t tpu_op_int(const tpu_op_t* op, int i, int64_t dflt);
 double tpu_op_float(const tpu_op_t* op, int i, double dflt);
@@ -97,8 +105,21 @@ extern const tpu_lowering_t tpu_lowerings_lu[];
 extern const tpu_lowering_t tpu_lowerings_misc[];
 extern const tpu_lowering_t tpu_lowerings_nn_models[];
 extern const tpu_lowering_t tpu_lowerings_optim[];
+/* Graph-only families: view ops as values, factories and copies (eager's binding
+ * handles these itself, so eager never reaches them). */
+extern const tpu_lowering_t tpu_lowerings_views[];
+extern const tpu_lowering_t tpu_lowerings_factory[];
+/* _foreach_<op> as <op> per element (ops/foreach.c). */
+extern const tpu_lowering_t tpu_lowerings_foreach[];
 
 tpu_lower_fn_t tpu_lowering_find(const char* name);
+/* Everything the runtime needs about op `name` (borrowed, static), or NULL. */
+typedef struct tpu_lowering_info {
+  tpu_lower_fn_t fn;
+  unsigned flags;    /* TPU_LOWER_* */
+  int runtime_float; /* see tpu_lowering_runtime_float */
+} tpu_lowering_info_t;
+const tpu_lowering_info_t* tpu_lowering_info(const char* name);
 /* TPU_LOWER_* flags of an op (listed in ops/table.c). */
 unsigned tpu_lowering_flags(const char* name);
 /* The index of op `name`'s float argument that is a runtime operand (ops/table.c),

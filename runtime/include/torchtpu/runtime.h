@@ -14,6 +14,11 @@ extern "C" {
 
 #define TPU_MAX_RANK 16
 
+/* The torchtpu release. Part of every disk compile-cache key, so a release
+ * whose lowerings differ never runs an older release's programs: bump it with
+ * every release. */
+#define TORCHTPU_VERSION "0.2.0"
+
 typedef enum tpu_eager_mode {
   TPU_EAGER_DEBUG = 0,  /* synchronous: every op waits, errors surface on its line */
   TPU_EAGER_STRICT = 1, /* asynchronous op by op (default) */
@@ -66,6 +71,11 @@ typedef enum tpu_metric {
   TPU_METRIC_CACHE_MISSES,
   TPU_METRIC_DISK_CACHE_HITS,
   TPU_METRIC_DISK_CACHE_MISSES,
+  TPU_METRIC_DISK_CACHE_BYTES_READ,
+  TPU_METRIC_DISK_CACHE_BYTES_WRITTEN,
+  TPU_METRIC_DISK_CACHE_ERRORS, /* corrupt, foreign or unreadable entries; failed writes */
+  TPU_METRIC_GRAPH_COMPILES,
+  TPU_METRIC_GRAPH_RUNS,
   TPU_METRIC_H2D_TRANSFERS,
   TPU_METRIC_H2D_BYTES,
   TPU_METRIC_D2H_TRANSFERS,
@@ -83,6 +93,14 @@ const char* tpu_metric_name(tpu_metric_t m);
 int64_t tpu_metric_get(tpu_metric_t m);
 void tpu_metric_add(tpu_metric_t m, int64_t delta);
 void tpu_metrics_reset(void); /* counters only, not gauges */
+
+/* Compile caches (docs/compile-cache.md). */
+/* Drops every executable of the in-memory cache; ones in use live on until released. */
+void tpu_cache_clear(void);
+/* The disk tier's directory (borrowed; "" when the tier is off). */
+const char* tpu_disk_cache_dir(void);
+/* Removes every entry of that directory (files named like entries only). */
+tpu_status_t* tpu_disk_cache_clear(void);
 
 #ifdef __cplusplus
 }

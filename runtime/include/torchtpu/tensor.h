@@ -42,6 +42,8 @@ typedef struct tpu_tensor {
 } tpu_tensor_t;
 
 int64_t tpu_tensor_numel(const tpu_tensor_t* t);
+/* A dense row-major view of storage `s` at offset 0 (s is borrowed). */
+tpu_tensor_t tpu_tensor_dense(tpu_storage_t* s, tpu_dtype_t dtype, int rank, const int64_t* sizes);
 bool tpu_tensor_is_contiguous(const tpu_tensor_t* t);
 
 /* Host (cpu) → device: `host` holds a dense row-major array of dst's sizes in
@@ -68,6 +70,10 @@ typedef enum tpu_arg_kind {
   TPU_ARG_DTYPE,        /* ScalarType */
   TPU_ARG_STRING,
   TPU_ARG_GENERATOR,    /* u.generator: a generator, NULL for the device's default */
+  /* Graphs only (graph.h): references to values of the graph being built. */
+  TPU_ARG_VALUE,        /* a tensor: u.value */
+  TPU_ARG_VALUE_LIST,   /* a tensor list: u.list.values, -1 for an absent entry */
+  TPU_ARG_VALUE_SCALAR, /* a Scalar read from value u.scalar.i (0-d), kind of u.scalar.dtype */
   TPU_ARG_KIND_COUNT
 } tpu_arg_kind_t;
 
@@ -90,12 +96,14 @@ typedef struct tpu_arg {
     tpu_dtype_t dtype;
     const char* str;
     tpu_generator_t* generator; /* borrowed */
+    int32_t value;              /* VALUE */
     struct {
       int32_t n;
       const int64_t* ints;       /* INT_LIST */
       const double* floats;      /* FLOAT_LIST */
       const bool* bools;         /* BOOL_LIST */
       const tpu_tensor_t* tensors; /* TENSOR_LIST */
+      const int32_t* values;       /* VALUE_LIST */
     } list;
   } u;
 } tpu_arg_t;

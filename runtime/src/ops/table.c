@@ -14,9 +14,13 @@ static const tpu_lowering_t* const tpu_families[] = {
     tpu_lowerings_nn,       tpu_lowerings_index,       tpu_lowerings_shape,  tpu_lowerings_random,
     tpu_lowerings_amp, tpu_lowerings_fft, tpu_lowerings_special, tpu_lowerings_linalg,
     tpu_lowerings_lu, tpu_lowerings_misc, tpu_lowerings_nn_models, tpu_lowerings_optim,
+    tpu_lowerings_views, tpu_lowerings_factory, tpu_lowerings_foreach,
 };
 
 static const tpu_lowering_t* tpu_table[TPU_TABLE_SLOTS];
+/* Per slot, what an op needs besides its function, computed once: a dispatch
+ * costs one hash lookup, no string lists. */
+static tpu_lowering_info_t tpu_infos[TPU_TABLE_SLOTS];
 static int tpu_table_duplicates;
 static pthread_once_t tpu_table_once = PTHREAD_ONCE_INIT;
 
@@ -26,13 +30,22 @@ static uint32_t tpu_name_hash(const char* s) {
   return h;
 }
 
+static unsigned tpu_flags_of(const char* name);
+static int tpu_runtime_float_of(const char* name);
+
 static void tpu_table_build(void) {
   for (size_t f = 0; f < sizeof(tpu_families) / sizeof(tpu_families[0]); ++f) {
     for (const tpu_lowering_t* l = tpu_families[f]; l->name; ++l) {
       uint32_t i = tpu_name_hash(l->name) & (TPU_TABLE_SLOTS - 1);
       while (tpu_table[i] && strcmp(tpu_table[i]->name, l->name) != 0) i = (i + 1) & (TPU_TABLE_SLOTS - 1);
-      if (tpu_table[i]) tpu_table_duplicates++;
-      else tpu_table[i] = l;
+      if (tpu_table[i]) {
+        tpu_table_duplicates++;
+      } else {
+        tpu_table[i] = l;
+        tpu_infos[i].fn = l->fn;
+        tpu_infos[i].flags = tpu_flags_of(l->name);
+        tpu_infos[i].runtime_float = tpu_runtime_float_of(l->name);
+      }
     }
   }
 }
@@ -60,7 +73,7 @@ typedef struct tpu_runtime_float {
 static const tpu_runtime_float_t tpu_runtime_floats[] = {
     {"_fused_adam", 6}, {"_fused_adamw", 6}, {"_fused_sgd", 5}, {"_fused_adagrad", 4}};
 
-int tpu_lowering_runtime_float(const char* name) {
+static int tpu_runtime_float_of(const char* name) {
   for (size_t i = 0; i < sizeof(tpu_runtime_floats) / sizeof(tpu_runtime_floats[0]); ++i)
     if (strcmp(name, tpu_runtime_floats[i].name) == 0) return tpu_runtime_floats[i].arg;
   return -1;
@@ -72,7 +85,8 @@ static bool tpu_name_in(const char* name, const char* const* list, size_t n) {
   return false;
 }
 
-unsigned tpu_lowering_flags(const char* name) {
+/* The flags of `name` from the lists above (once per name, at table build). */
+static unsigned tpu_flags_of(const char* name) {
   unsigned flags = 0;
   if (tpu_name_in(name, tpu_static_scalar_ops, sizeof(tpu_static_scalar_ops) / sizeof(tpu_static_scalar_ops[0])))
     flags |= TPU_LOWER_STATIC_SCALARS;
@@ -85,20 +99,30 @@ unsigned tpu_lowering_flags(const char* name) {
   return flags;
 }
 
-static const tpu_lowering_t* tpu_lowering_lookup(const char* name) {
+const tpu_lowering_info_t* tpu_lowering_info(const char* name) {
   if (!name) return NULL;
   pthread_once(&tpu_table_once, tpu_table_build);
   uint32_t i = tpu_name_hash(name) & (TPU_TABLE_SLOTS - 1);
   while (tpu_table[i]) {
-    if (strcmp(tpu_table[i]->name, name) == 0) return tpu_table[i];
+    if (strcmp(tpu_table[i]->name, name) == 0) return &tpu_infos[i];
     i = (i + 1) & (TPU_TABLE_SLOTS - 1);
   }
   return NULL;
 }
 
 tpu_lower_fn_t tpu_lowering_find(const char* name) {
-  const tpu_lowering_t* l = tpu_lowering_lookup(name);
+  const tpu_lowering_info_t* l = tpu_lowering_info(name);
   return l ? l->fn : NULL;
+}
+
+unsigned tpu_lowering_flags(const char* name) {
+  const tpu_lowering_info_t* l = tpu_lowering_info(name);
+  return l ? l->flags : 0;
+}
+
+int tpu_lowering_runtime_float(const char* name) {
+  const tpu_lowering_info_t* l = tpu_lowering_info(name);
+  return l ? l->runtime_float : -1;
 }
 
 int tpu_lowering_table_duplicates(void) {

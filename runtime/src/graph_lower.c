@@ -1,0 +1,108 @@
+/* Lowering a recorded graph (graph.c) into one program, and running it.
+ *
+ * The program is one "op" for the executor: its arguments are the graph's
+ * inputs, so they get the eager view prologue, operand plan and cache. Each
+ * recorded op is lowered by its ordinary lowering through an op context whose
+ * tensor arguments are values already in the builder (tpu_op_t.parent). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec.h"
+#include "graph_internal.h"
+
+/* Lowers recorded op `n`, storing its results' values in vals[n->first ...]. */
+static tpu_status_t* tpu_node_lower(tpu_builder_t* b, tpu_op_t* root, const tpu_graph_node_t* n, tpu_val_t* vals) {
+  int nouts = 0;
+  tpu_val_t* outs = malloc(sizeof(tpu_val_t) * (size_t)(n->nresults + 1));
+  if (!outs) return TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "out of host memory");
+  tpu_status_t* st = tpu_op_lower_values(b, root, n->fn, n->name, n->overload, n->args, n->nargs, vals,
+                                         n->nresults + 1, outs, &nouts);
+  if (!st && nouts != n->nresults)
+    st = TPU_STATUS(TPU_INTERNAL, "the lowering gave %d results, the graph expects %d", nouts, n->nresults);
+  for (int k = 0; !st && k < nouts; ++k) vals[n->first + k] = outs[k];
+  free(outs);
+  return st;
+}
+
+/* The value of input i: its view read from its storage, or its scalar. */
+static tpu_val_t tpu_graph_input(tpu_builder_t* b, tpu_op_t* op, int i) {
+  if (tpu_op_kind(op, i) == TPU_ARG_TENSOR) return tpu_op_tensor(b, op, i);
+  const tpu_scalar_t* sc = &tpu_op_arg(op, i)->u.scalar;
+  /* Numbers are carried like eager scalars (f32 / i64 / bool); a float64 cpu tensor keeps f64. */
+  tpu_dtype_t as = sc->dtype;
+  if (tpu_dtype_is_float(as) && !(as == TPU_F64 && !sc->wrapped)) as = TPU_F32;
+  else if (tpu_dtype_is_int(as)) as = TPU_I64;
+  return tpu_op_scalar(b, op, i, as);
+}
+
+static tpu_status_t* tpu_graph_lower(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs,
+                                     int* out_nouts) {
+  const tpu_graph_t* g = op->program;
+  *out_nouts = 0;
+  if (g->noutputs > max_outs) return TPU_STATUS(TPU_INTERNAL, "graph: %d outputs, room for %d", g->noutputs, max_outs);
+  tpu_val_t* vals = malloc(sizeof(tpu_val_t) * (size_t)(g->nvalues ? g->nvalues : 1));
+  if (!vals) return TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "graph: out of host memory");
+  for (int32_t v = 0; v < g->nvalues; ++v) vals[v] = TPU_NOVAL;
+  tpu_status_t* st = NULL;
+  for (int i = 0; i < g->ninputs && tpu_b_ok(b); ++i) vals[i] = tpu_graph_input(b, op, i);
+  if (!tpu_b_ok(b)) st = tpu_status_annotate(tpu_b_take_error(b), "graph input");
+  for (int k = 0; k < g->nnodes && !st; ++k) {
+    const tpu_graph_node_t* n = &g->nodes[k];
+    st = tpu_node_lower(b, op, n, vals);
+    if (st) st = tpu_status_annotate(st, "op %d of the graph, aten::%s%s%s", k, n->name, *n->overload ? "." : "",
+                                     n->overload);
+  }
+  for (int k = 0; k < g->noutputs && !st; ++k) outs[k] = vals[g->outputs[k]];
+  if (!st) *out_nouts = g->noutputs;
+  free(vals);
+  if (!st) tpu_metric_add(TPU_METRIC_GRAPH_COMPILES, 1);
+  return st;
+}
+
+/* ------------------------------------------------------------- running */
+
+static tpu_status_t* tpu_graph_check_inputs(const tpu_graph_t* g, const tpu_arg_t* inputs, int ninputs) {
+  if (!g->sealed) return TPU_STATUS(TPU_FAILED_PRECONDITION, "graph: set the outputs before running it");
+  if (ninputs != g->ninputs)
+    return TPU_STATUS(TPU_INVALID_ARGUMENT, "graph: %d inputs given, it takes %d", ninputs, g->ninputs);
+  for (int i = 0; i < ninputs; ++i)
+    if (inputs[i].kind != g->input_kinds[i])
+      return TPU_STATUS(TPU_INVALID_ARGUMENT, "graph: input %d is a %s, it takes a %s", i,
+                        inputs[i].kind == TPU_ARG_TENSOR ? "tensor" : "non-tensor",
+                        g->input_kinds[i] == TPU_ARG_TENSOR ? "tensor" : "scalar");
+  return NULL;
+}
+
+/* Writes aliased outputs into their inputs (the in-place updates). */
+static tpu_status_t* tpu_graph_write_back(const tpu_graph_t* g, const tpu_arg_t* inputs, const tpu_result_t* rs) {
+  for (int k = 0; k < g->noutputs; ++k) {
+    int in = g->alias_input[k];
+    if (in < 0) continue;
+    tpu_tensor_t src = tpu_tensor_dense(rs[k].storage, rs[k].dtype, rs[k].rank, rs[k].sizes);
+    TPU_RETURN_IF_ERROR(tpu_tensor_copy(&inputs[in].u.tensor, &src));
+  }
+  return NULL;
+}
+
+tpu_status_t* tpu_graph_run(const tpu_graph_t* g, int device, const tpu_arg_t* inputs, int ninputs,
+                            int max_results, tpu_result_t* out_results, int* out_nresults) {
+  *out_nresults = 0;
+  TPU_RETURN_IF_ERROR(tpu_graph_check_inputs(g, inputs, ninputs));
+  if (max_results < g->noutputs)
+    return TPU_STATUS(TPU_INVALID_ARGUMENT, "graph: room for %d results, it has %d", max_results, g->noutputs);
+  uint8_t key[16] = {'g', 'r', 'a', 'p', 'h', 0, 0, 0};
+  memcpy(key + 8, &g->id, sizeof(g->id));
+  tpu_exec_program_t program = {g, key, sizeof key};
+  tpu_buffer_t** bufs = calloc((size_t)(g->noutputs ? g->noutputs : 1), sizeof(*bufs));
+  if (!bufs) return TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "graph: out of host memory");
+  int n = 0;
+  tpu_status_t* st = tpu_exec_run_program("tpu.graph", tpu_graph_lower, &program, device, inputs, ninputs,
+                                          g->noutputs, bufs, &n);
+  if (!st) st = tpu_op_results(device, 0, bufs, n, NULL, out_results); /* releases them itself on error */
+  free(bufs);
+  if (!st && (st = tpu_graph_write_back(g, inputs, out_results)) != NULL)
+    for (int k = 0; k < n; ++k) tpu_storage_release(out_results[k].storage);
+  if (!st) *out_nresults = n;
+  tpu_metric_add(TPU_METRIC_GRAPH_RUNS, 1);
+  return st;
+}

@@ -1,0 +1,357 @@
+"""``torch.compile(model, backend="tpu")``: each FX graph becomes ONE program.
+
+Dynamo captures the Python; AOTAutograd turns each captured graph into
+functionalized aten forward and backward graphs (min-cut partition). This
+module only walks those graphs: every aten node is recorded, by name and
+schema arguments, into a runtime graph (``torchtpu._C.Graph``, backed by
+``runtime/include/torchtpu/graph.h``), where the same C lowerings as eager ops
+emit it into one StableHLO module. The program is compiled on its first run
+through the same executable cache as eager ops (and its disk tier), and runs
+asynchronously like an eager op.
+
+* Decompositions are used only for ops with no lowering (PyTorch's core aten
+  table, filtered by ``_C.op_supported``).
+* Scalars that change between calls (a scheduled learning rate Dynamo passes
+  as a float, 0-dim cpu tensors such as optimizer steps) are runtime inputs of
+  the program, never constants: changing them never recompiles.
+* A graph with an op the runtime cannot hold (no lowering and no
+  decomposition, data-dependent shapes) runs as tpu eager ops instead, with a
+  warning naming the op; ``torchtpu.metrics()["graph_fallbacks"]`` counts them.
+
+Python glue only: no lowering logic here.
+"""
+
+from __future__ import annotations
+
+import operator
+import warnings
+
+import torch
+import torch.fx
+
+from . import _C
+
+__all__ = ["backend", "stats"]
+
+_STATS = {"graphs": 0, "fallbacks": 0}
+
+# Python arithmetic on symbolic ints → (aten op on 0-d values, overload, commutative)
+_A = torch.ops.aten
+_SYM_OPS = {operator.add: (_A.add.Tensor, True), operator.mul: (_A.mul.Tensor, True),
+            operator.sub: (_A.sub.Tensor, False), operator.floordiv: (_A.floor_divide.default, False),
+            operator.mod: (_A.remainder.Tensor, False), operator.neg: (_A.neg.default, False)}
+# Shape assertions Dynamo records for symbolic ints: checked by Dynamo's guards.
+_SKIPPED = {torch.ops.aten._assert_scalar.default, torch.ops.aten.sym_constrain_range_for_size.default}
+
+
+def stats() -> dict:
+    """Graphs handed to the backend, and how many of them ran as eager ops."""
+    return dict(_STATS)
+
+
+class Unsupported(Exception):
+    """The graph holds something a program cannot (the message names it)."""
+
+
+def _lowering_name(op: torch._ops.OpOverload) -> str:
+    name = op._schema.name.split("::", 1)[-1]
+    if len(name) >= 2 and name.endswith("_") and not name.endswith("__"):
+        name = name[:-1]
+    return name
+
+
+def _supported(op) -> bool:
+    return (isinstance(op, torch._ops.OpOverload) and op.namespace == "aten"
+            and _C.op_supported(_lowering_name(op)))
+
+
+_DECOMPS = None
+_EXTRA_DECOMPS = (torch.ops.aten.embedding.default,)
+
+
+def decompositions() -> dict:
+    """PyTorch's decompositions (its core aten set first) for the ops we have no
+    lowering for; ops with a lowering are never decomposed."""
+    global _DECOMPS
+    if _DECOMPS is None:
+        from torch._decomp import core_aten_decompositions, decomposition_table
+        # The core aten set, plus ops eager reaches through composite kernels that a
+        # graph keeps whole. Not PyTorch's whole table: some of its entries are
+        # reference implementations that write in place (prims.copy_to).
+        table = core_aten_decompositions()
+        table.update({op: decomposition_table[op] for op in _EXTRA_DECOMPS if op in decomposition_table})
+        # lift_fresh marks torch.tensor(...) data for the tracer; decomposing it
+        # (to alias) hides the constant from fake tensor tracing.
+        keep = {torch.ops.aten.lift_fresh.default}
+        _DECOMPS = {op: fn for op, fn in table.items()
+                    if isinstance(op, torch._ops.OpOverload) and op.namespace == "aten" and not _supported(op)
+                    and op not in keep}
+    return _DECOMPS
+
+
+# ---------------------------------------------------------------- the walk
+
+def _scalar_dtype(x):
+    if isinstance(x, (bool, torch.SymBool)):
+        return torch.bool
+    if isinstance(x, (int, torch.SymInt)):
+        return torch.int64
+    if isinstance(x, (float, torch.SymFloat)):
+        return torch.float64
+    return None
+
+
+class _Program:
+    """One FX graph recorded into a runtime graph, and run."""
+
+    def __init__(self, gm: torch.fx.GraphModule, example_inputs):
+        self.graph = _C.Graph()
+        self.env = {}
+        self.n_inputs = 0
+        self.constants = []  # get_attr tensors, passed after the real inputs
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        for node, ex in zip(placeholders, example_inputs):
+            self.env[node] = self._input(node, ex)
+        self.n_inputs = len(placeholders)
+        self.input_index = {node: i for i, node in enumerate(placeholders)}
+        for node in gm.graph.nodes:  # constants are inputs too, added before any op
+            if node.op == "get_attr":
+                self.env[node] = self._constant(gm, node)
+        for node in gm.graph.nodes:
+            if node.op == "call_function":
+                self.env[node] = self._call(node)
+            elif node.op == "output":
+                self._outputs(node.args[0])
+            elif node.op not in ("placeholder", "get_attr"):
+                raise Unsupported(f"FX node kind {node.op!r} ({node.name})")
+
+    def _input(self, node, ex):
+        if isinstance(ex, torch.Tensor) and not (ex.device.type == "cpu" and ex.dim() == 0):
+            if ex.device.type != "tpu":
+                raise Unsupported(f"input {node.name} is on {ex.device}, not tpu")
+            return _C.GraphValue(self.graph.add_input(True))
+        dtype = ex.dtype if isinstance(ex, torch.Tensor) else _scalar_dtype(ex)
+        if dtype is None:
+            raise Unsupported(f"input {node.name} of type {type(ex).__name__}")
+        return _C.GraphValue(self.graph.add_input(False), dtype)
+
+    def _constant(self, gm, node):
+        """A tensor the graph holds (torch.tensor(...) data): uploaded once, then
+        passed to every run as an extra input."""
+        obj = gm
+        for part in node.target.split("."):
+            obj = getattr(obj, part)
+        if not isinstance(obj, torch.Tensor):
+            raise Unsupported(f"constant {node.target} of type {type(obj).__name__}")
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+        with unset_fake_temporarily():  # the compiler runs under AOTAutograd's fake mode
+            self.constants.append(obj.detach().to("tpu"))
+        return _C.GraphValue(self.graph.add_input(True))
+
+    def _arg(self, a):
+        if isinstance(a, torch.fx.Node):
+            v = self.env[a]
+            if not isinstance(v, _C.GraphValue):
+                raise Unsupported(f"{a.name} used as one value")
+            return v
+        if isinstance(a, (list, tuple)):
+            return [self._arg(x) for x in a]
+        return a
+
+    def _call(self, node):
+        target = node.target
+        if target is operator.getitem:
+            return self.env[node.args[0]][node.args[1]]
+        if target in _SYM_OPS:
+            return self._sym_arith(node)
+        if target in _SKIPPED:
+            return None
+        if not isinstance(target, torch._ops.OpOverload):
+            raise Unsupported(f"call to {target} ({node.name})")
+        if target is torch.ops.aten.slice.Tensor and any(isinstance(a, torch.fx.Node) for a in node.args[2:4]):
+            return self._slice_at(node)
+        if _C.op_wants_out_dtype(_lowering_name(target)):
+            return self._out_form_factory(node)
+        schema = target._schema
+        args = []
+        for i, a in enumerate(schema.arguments):
+            if a.is_out:
+                continue
+            if i < len(node.args):
+                v = node.args[i]
+            elif a.name in node.kwargs:
+                v = node.kwargs[a.name]
+            else:
+                v = a.default_value if a.has_default_value() else None
+            args.append(self._arg(v))
+        counts = self._result_counts(node, schema)
+        try:
+            first = self.graph.apply(schema.name, schema.overload_name, args, sum(n for n, _ in counts))
+        except (NotImplementedError, RuntimeError) as e:
+            raise Unsupported(f"{target}: {e}") from None
+        return self._results(first, counts)
+
+    # Factories lowered for their out= form: (op, overload) → (out overload, filler
+    # for the out form's missing leading arguments).
+    _OUT_FORMS = {("arange", "default"): ("out", None), ("arange", "start"): ("start_out", 1),
+                  ("arange", "start_step"): ("start_out", None), ("eye", "default"): ("out", None),
+                  ("eye", "m"): ("m_out", None), ("linspace", "default"): ("out", None),
+                  ("logspace", "default"): ("out", None), ("range", "default"): ("out", 1),
+                  ("range", "step"): ("out", None)}
+
+    def _out_form_factory(self, node):
+        """arange(end, dtype=...) → arange.out(end) + the dtype, as eager reaches it."""
+        schema = node.target._schema
+        key = (_lowering_name(node.target), schema.overload_name or "default")
+        if key not in self._OUT_FORMS:
+            raise Unsupported(f"{node.target} (only its out= form is lowered)")
+        ovl, step = self._OUT_FORMS[key]
+        args = [self._arg(a) for a in node.args]
+        if step is not None:
+            args.append(step)
+        first = self.graph.apply(schema.name, ovl, args, 1, node.meta["val"].dtype)
+        return _C.GraphValue(first)
+
+    def _sym_arith(self, node):
+        """Arithmetic on symbolic ints (a decode position): 0-d int64 values."""
+        op, commutative = _SYM_OPS[node.target]
+        args = [self._arg(a) for a in node.args]
+        if commutative and not isinstance(args[0], _C.GraphValue):
+            args = args[::-1]
+        if not isinstance(args[0], _C.GraphValue):
+            raise Unsupported(f"{node.target} on {node.args}")
+        return _C.GraphValue(self._apply(op, args), torch.int64)
+
+    def _apply(self, op, args, kwargs=None):
+        """Records aten op `op` with these arguments (schema defaults filled in);
+        returns the id of its first result."""
+        full = []
+        kwargs = kwargs or {}
+        for i, a in enumerate(op._schema.arguments):
+            if a.is_out:
+                continue
+            if i < len(args):
+                full.append(args[i])
+            elif a.name in kwargs:
+                full.append(kwargs[a.name])
+            else:
+                full.append(a.default_value if a.has_default_value() else None)
+        try:
+            return self.graph.apply(op._schema.name, op._schema.overload_name, full, 1)
+        except (NotImplementedError, RuntimeError) as e:
+            raise Unsupported(f"{op}: {e}") from None
+
+    def _slice_at(self, node):
+        """x[..., s:s + n] with a symbolic start s and a static length n (a KV-cache
+        read at the decode position): narrow with the start read at run time."""
+        x, dim = node.args[0], node.args[1] if len(node.args) > 1 else 0
+        step = node.args[4] if len(node.args) > 4 else 1
+        val = node.meta.get("val")
+        length = val.shape[dim] if isinstance(val, torch.Tensor) else None
+        if step != 1 or not isinstance(length, int):
+            raise Unsupported(f"slice with a symbolic bound, step {step}, length {length}")
+        start = self._arg(node.args[2])
+        op = _A.narrow.Tensor if isinstance(start, _C.GraphValue) else _A.narrow.default
+        return _C.GraphValue(self._apply(op, [self._arg(x), dim, start, length]))
+
+    @staticmethod
+    def _result_counts(node, schema):
+        """Per return: (1, False) for a tensor, (n, True) for a list of n tensors."""
+        val = node.meta.get("val")
+        vals = val if len(schema.returns) > 1 else [val]
+        out = []
+        for r, v in zip(schema.returns, vals):
+            t = str(r.type)
+            if t in ("Tensor", "Tensor?"):
+                out.append((1, False))
+            elif t == "List[Tensor]" and isinstance(v, (list, tuple)):
+                out.append((len(v), True))
+            else:
+                raise Unsupported(f"{node.target} returns {t}")
+        return out
+
+    @staticmethod
+    def _results(first, counts):
+        vals, k = [], first
+        for n, is_list in counts:
+            vals.append([_C.GraphValue(k + j) for j in range(n)] if is_list else _C.GraphValue(k))
+            k += n
+        return vals[0] if len(counts) == 1 else vals
+
+    def _outputs(self, outs):
+        self.out_spec = []  # ("run", k) | ("input", i) | ("const", value)
+        ids = []
+        for o in outs:
+            if isinstance(o, torch.fx.Node) and o in self.input_index:
+                self.out_spec.append(("input", self.input_index[o]))
+            elif isinstance(o, torch.fx.Node):
+                v = self.env[o]
+                if not isinstance(v, _C.GraphValue):
+                    raise Unsupported(f"output {o.name} is not one value")
+                v, inverse = self._memory_order(o, v)
+                self.out_spec.append(("run", len(ids)) if inverse is None else ("permuted", (len(ids), inverse)))
+                ids.append(v.id)
+            else:
+                self.out_spec.append(("const", o))
+        self.graph.set_outputs(ids)
+
+    def _memory_order(self, node, v):
+        """An output eager PyTorch gives a permuted layout (a transpose) comes out of
+        the program in its memory order and is permuted back on return, so its
+        strides are eager's at no copy. Returns (value, inverse permutation or None)."""
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor) or val.dim() < 2 or val.is_contiguous():
+            return v, None
+        perm = sorted(range(val.dim()), key=lambda d: -val.stride(d))
+        expect = 1
+        for d in reversed(perm):  # dense: the strides are a permutation of contiguous ones
+            if val.size(d) != 1 and val.stride(d) != expect:
+                return v, None
+            expect *= val.size(d)
+        inverse = sorted(range(val.dim()), key=lambda d: perm[d])
+        return _C.GraphValue(self.graph.apply("aten::permute", "", [v, perm], 1)), inverse
+
+    def __call__(self, args):
+        results = self.graph.run(list(args[: self.n_inputs]) + self.constants)
+        out = []
+        for kind, x in self.out_spec:
+            if kind == "run":
+                out.append(results[x])
+            elif kind == "permuted":
+                out.append(results[x[0]].permute(x[1]))
+            else:
+                out.append(args[x] if kind == "input" else x)
+        return out
+
+
+def _fallback_eager(gm, reason):
+    _STATS["fallbacks"] += 1
+    warnings.warn(f"torchtpu: this graph runs as tpu eager ops, not one program: {reason}", stacklevel=3)
+    from torch._functorch.aot_autograd import make_boxed_func
+    return make_boxed_func(gm.forward)
+
+
+def compile_graph(gm: torch.fx.GraphModule, example_inputs):
+    """AOTAutograd's forward/backward compiler: an FX graph → a boxed callable."""
+    _STATS["graphs"] += 1
+    try:
+        program = _Program(gm, example_inputs)
+    except Unsupported as e:
+        return _fallback_eager(gm, str(e))
+    program._boxed_call = True
+    return program
+
+
+_BACKEND = None
+
+
+def backend(gm, example_inputs, **kwargs):
+    """The ``"tpu"`` Dynamo backend (registered by ``import torchtpu``)."""
+    global _BACKEND
+    if _BACKEND is None:
+        from torch._dynamo.backends.common import aot_autograd
+        from torch._functorch.partitioners import min_cut_rematerialization_partition
+        _BACKEND = aot_autograd(fw_compiler=compile_graph, bw_compiler=compile_graph,
+                                partition_fn=min_cut_rematerialization_partition,
+                                decompositions=decompositions())
+    return _BACKEND(gm, example_inputs, **kwargs)
