@@ -313,3 +313,27 @@ def test_static_cache_decode_is_one_program_for_every_position():
     # prefill, the first decode position, then Dynamo makes the position symbolic:
     # one program serves every later position (a runtime operand, not a constant)
     assert compiles[1] == compiles[-1], compiles
+
+
+def test_hugging_face_generate_static_cache_compiled_forward():
+    """transformers' recipe: generate(cache_implementation="static") with the
+    model's forward compiled. Greedy tokens equal CPU's; the prefill and the
+    decode step are one program each, reused for every position and by a second
+    generate() (no recompiles)."""
+    from models import checks, families
+    fam = families.BY_NAME["llama"]
+    config = fam.config()
+    base = checks.build_base(config, fam.task, "sdpa")
+    ids = checks.make_inputs(fam.task, config, base)["input_ids"][:1]
+    kw = dict(max_new_tokens=12, do_sample=False, cache_implementation="static")
+    ref = copy.deepcopy(base).generate(ids, **kw)
+    m = copy.deepcopy(base).to("tpu")
+    m.forward = torch.compile(m.forward, backend="tpu")
+    m0 = _metrics()
+    out = _no_fallbacks(m.generate, ids.to("tpu"), **kw)
+    assert torch.equal(out.cpu(), ref)
+    first = _delta(m0)["graph_compiles"]
+    assert first == 2, first
+    out = _no_fallbacks(m.generate, ids.to("tpu"), **kw)
+    assert torch.equal(out.cpu(), ref)
+    assert _delta(m0)["graph_compiles"] == first

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import torchtpu
+from torchtpu.compile import schema_args
 
 A = torch.ops.aten
 V = torchtpu._C.GraphValue
@@ -32,19 +33,7 @@ def _sub(args, ins, vals):
     return out
 
 
-def _schema_args(op, args, kwargs):
-    """Every (non-out) schema argument: positional, keyword, or its default."""
-    full = []
-    for i, a in enumerate(op._schema.arguments):
-        if a.is_out:
-            continue
-        if i < len(args):
-            full.append(args[i])
-        elif a.name in kwargs:
-            full.append(kwargs[a.name])
-        else:
-            full.append(a.default_value if a.has_default_value() else None)
-    return full
+_schema_args = schema_args  # torchtpu.compile's own: the graph walk fills arguments the same way
 
 
 def _op(name, overload):

@@ -91,6 +91,21 @@ def decompositions() -> dict:
 
 # ---------------------------------------------------------------- the walk
 
+def schema_args(op: torch._ops.OpOverload, args, kwargs) -> list:
+    """Every non-out argument of op's schema, in order: positional, keyword, or its default."""
+    full = []
+    for i, a in enumerate(op._schema.arguments):
+        if a.is_out:
+            continue
+        if i < len(args):
+            full.append(args[i])
+        elif a.name in kwargs:
+            full.append(kwargs[a.name])
+        else:
+            full.append(a.default_value if a.has_default_value() else None)
+    return full
+
+
 def _scalar_dtype(x):
     if isinstance(x, (bool, torch.SymBool)):
         return torch.bool
@@ -173,17 +188,7 @@ class _Program:
         if _C.op_wants_out_dtype(_lowering_name(target)):
             return self._out_form_factory(node)
         schema = target._schema
-        args = []
-        for i, a in enumerate(schema.arguments):
-            if a.is_out:
-                continue
-            if i < len(node.args):
-                v = node.args[i]
-            elif a.name in node.kwargs:
-                v = node.kwargs[a.name]
-            else:
-                v = a.default_value if a.has_default_value() else None
-            args.append(self._arg(v))
+        args = [self._arg(v) for v in schema_args(target, node.args, node.kwargs)]
         counts = self._result_counts(node, schema)
         try:
             first = self.graph.apply(schema.name, schema.overload_name, args, sum(n for n, _ in counts))
@@ -225,17 +230,7 @@ class _Program:
     def _apply(self, op, args, kwargs=None):
         """Records aten op `op` with these arguments (schema defaults filled in);
         returns the id of its first result."""
-        full = []
-        kwargs = kwargs or {}
-        for i, a in enumerate(op._schema.arguments):
-            if a.is_out:
-                continue
-            if i < len(args):
-                full.append(args[i])
-            elif a.name in kwargs:
-                full.append(kwargs[a.name])
-            else:
-                full.append(a.default_value if a.has_default_value() else None)
+        full = schema_args(op, args, kwargs or {})
         try:
             return self.graph.apply(op._schema.name, op._schema.overload_name, full, 1)
         except (NotImplementedError, RuntimeError) as e:

@@ -169,7 +169,7 @@ static tpu_status_t* tpu_lower_narrow_copy(tpu_builder_t* b, tpu_op_t* op, int m
     return NULL;
   }
   if (start < 0) start += size;
-  if (len < 0 || start + len > size) {
+  if (len < 0 || len > size - start) { /* no overflow for huge lengths */
     TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "start (%" PRId64 ") + length (%" PRId64 ") exceeds dimension size (%" PRId64 ").",
                start, len, size);
     return NULL;

@@ -366,7 +366,6 @@ static tpu_status_t* tpu_lower_select(tpu_builder_t* b, tpu_op_t* op, int max_ou
 /* narrow(self, dim, start, length); narrow.Tensor takes start as a 0-d tensor,
  * read at run time (clamped into range like dynamic_slice). */
 static tpu_status_t* tpu_lower_narrow(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
-  (void)max_outs;
   tpu_aval_t in = tpu_op_aval(op, 0);
   if (in.rank == 0) {
     TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "narrow() cannot be applied to a 0-dim tensor.");
@@ -403,24 +402,10 @@ static tpu_status_t* tpu_lower_narrow(tpu_builder_t* b, tpu_op_t* op, int max_ou
     }
     return tpu_views_one(tpu_b_dynamic_slice(b, tpu_op_tensor(b, op, 0), starts, sizes), outs, nouts);
   }
-  int64_t start = tpu_op_int(op, 2, 0);
-  if (start < -size || start > size) {
-    TPU_B_FAIL(b, TPU_OUT_OF_RANGE,
-               "start out of range (expected to be in range of [%" PRId64 ", %" PRId64 "], but got %" PRId64 ")", -size,
-               size, start);
-    return NULL;
-  }
-  if (start < 0) start += size;
-  if (len > size - start) {
-    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "start (%" PRId64 ") + length (%" PRId64 ") exceeds dimension size (%" PRId64 ").",
-               start, len, size);
-    return NULL;
-  }
-  int64_t lo[TPU_MAX_RANK] = {0}, hi[TPU_MAX_RANK];
-  memcpy(hi, in.dims, sizeof(hi));
-  lo[dim] = start;
-  hi[dim] = start + len;
-  return tpu_views_one(tpu_b_slice(b, tpu_op_tensor(b, op, 0), lo, hi, NULL), outs, nouts);
+  /* A static start: exactly narrow_copy (ops/shape.c), whose checks and messages it shares. */
+  tpu_lower_fn_t narrow_copy = tpu_lowering_find("narrow_copy");
+  if (!narrow_copy) return TPU_STATUS(TPU_INTERNAL, "narrow: no narrow_copy lowering");
+  return narrow_copy(b, op, max_outs, outs, nouts);
 }
 
 /* squeeze(self) / squeeze.dim(self, dim) / squeeze.dims(self, dims): drops the
