@@ -17,6 +17,12 @@ asynchronously like an eager op.
 * A graph with an op the runtime cannot hold (no lowering and no
   decomposition, data-dependent shapes) runs as tpu eager ops instead, with a
   warning naming the op; ``torchtpu.metrics()["graph_fallbacks"]`` counts them.
+* Symbolic sizes (``dynamic=True``, ``mark_dynamic``): a symbolic int that only
+  feeds arithmetic stays a runtime operand (a decode position: one program for
+  every value). XLA programs have static shapes, so a graph whose tensors have
+  symbolic sizes, or that needs a symbolic int as a size, gets one program per
+  distinct set of sizes, built on first use, at most ``TORCHTPU_GRAPH_PROGRAMS``
+  (default 8) per graph; sizes past the cap run as eager ops, with one warning.
 
 Python glue only: no lowering logic here.
 """
@@ -24,6 +30,7 @@ Python glue only: no lowering logic here.
 from __future__ import annotations
 
 import operator
+import os
 import warnings
 
 import torch
@@ -34,6 +41,17 @@ from . import _C
 __all__ = ["backend", "stats"]
 
 _STATS = {"graphs": 0, "fallbacks": 0}
+
+
+def _programs_cap() -> int:
+    v = os.environ.get("TORCHTPU_GRAPH_PROGRAMS", "8")
+    try:
+        cap = int(v)
+    except ValueError:
+        raise ValueError(f"TORCHTPU_GRAPH_PROGRAMS must be a positive integer, got {v!r}") from None
+    if cap < 1:
+        raise ValueError(f"TORCHTPU_GRAPH_PROGRAMS must be a positive integer, got {v!r}")
+    return cap
 
 # Python arithmetic on symbolic ints → (aten op on 0-d values, overload, commutative)
 _A = torch.ops.aten
@@ -119,14 +137,27 @@ def _scalar_dtype(x):
 class _Program:
     """One FX graph recorded into a runtime graph, and run."""
 
-    def __init__(self, gm: torch.fx.GraphModule, example_inputs):
+    def __init__(self, gm: torch.fx.GraphModule, example_inputs, concrete=None):
+        # concrete: {placeholder index: int} — symbolic ints fixed to these values
+        # (a program for one set of sizes); None: they are runtime operands.
         self.graph = _C.Graph()
         self.env = {}
+        self.concrete = concrete
         self.n_inputs = 0
         self.constants = []  # get_attr tensors, passed after the real inputs
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-        for node, ex in zip(placeholders, example_inputs):
-            self.env[node] = self._input(node, ex)
+        self.mutations = []  # (value, tensor input index): written into the input after each run
+        self.example_kinds = ["tensor" if isinstance(ex, torch.Tensor) and ex.device.type == "tpu" else "other"
+                              for ex in example_inputs]
+        self.subs = {}  # sympy symbol → its value, for sizes in node metadata
+        for i, (node, ex) in enumerate(zip(placeholders, example_inputs)):
+            if concrete is not None and i in concrete:
+                self.env[node] = concrete[i]
+                if isinstance(ex, torch.SymInt):
+                    self.subs[ex.node.expr] = concrete[i]
+                self.graph.add_input(False)  # keeps the input positions; unused
+            else:
+                self.env[node] = self._input(node, ex)
         self.n_inputs = len(placeholders)
         self.input_index = {node: i for i, node in enumerate(placeholders)}
         for node in gm.graph.nodes:  # constants are inputs too, added before any op
@@ -166,7 +197,7 @@ class _Program:
     def _arg(self, a):
         if isinstance(a, torch.fx.Node):
             v = self.env[a]
-            if not isinstance(v, _C.GraphValue):
+            if not isinstance(v, (_C.GraphValue, int, float, bool)):
                 raise Unsupported(f"{a.name} used as one value")
             return v
         if isinstance(a, (list, tuple)):
@@ -181,8 +212,13 @@ class _Program:
             return self._sym_arith(node)
         if target in _SKIPPED:
             return None
+        sym = node.meta.get("val")
+        if isinstance(sym, (torch.SymInt, torch.SymBool, torch.SymFloat, int)):
+            return self._sym_value(node, sym)
         if not isinstance(target, torch._ops.OpOverload):
             raise Unsupported(f"call to {target} ({node.name})")
+        if target is torch.ops.aten.copy_.default and node.args[0] in self.input_index:
+            return self._mutate_input(node)
         if target is torch.ops.aten.slice.Tensor and any(isinstance(a, torch.fx.Node) for a in node.args[2:4]):
             return self._slice_at(node)
         if _C.op_wants_out_dtype(_lowering_name(target)):
@@ -221,11 +257,36 @@ class _Program:
         """Arithmetic on symbolic ints (a decode position): 0-d int64 values."""
         op, commutative = _SYM_OPS[node.target]
         args = [self._arg(a) for a in node.args]
+        if not any(isinstance(a, _C.GraphValue) for a in args):
+            return node.target(*args)  # every operand fixed: a plain int
         if commutative and not isinstance(args[0], _C.GraphValue):
             args = args[::-1]
         if not isinstance(args[0], _C.GraphValue):
             raise Unsupported(f"{node.target} on {node.args}")
         return _C.GraphValue(self._apply(op, args), torch.int64)
+
+    def _mutate_input(self, node):
+        """copy_(input, value) at the end of an inference graph (optimizer state,
+        running statistics, a KV cache written in place): the program writes the
+        value into the input's storage itself after the run (graph.alias), with
+        no copy when the input covers its storage."""
+        dst, src = node.args[0], node.args[1]
+        i = self.input_index[dst]
+        if not isinstance(self.env[dst], _C.GraphValue):
+            raise Unsupported(f"copy_ into input {dst.name}, which is not a tensor")
+        value = _C.GraphValue(self._apply(_A.copy.default, [self._arg(dst), self._arg(src)]))
+        # A cpu scalar input (an optimizer's step count) is not the program's to
+        # write: it gets the value after the run, as AOTAutograd would do it.
+        self.mutations.append((value, i, self.example_kinds[i] == "tensor"))
+        return value
+
+    def _sym_value(self, node, sym):
+        """A size-like value (x.size(d), sym_max, comparisons): an int once the
+        symbolic ints are fixed (or when it never was symbolic)."""
+        v = self._int(sym)
+        if isinstance(v, (int, bool)):
+            return v
+        raise Unsupported(f"{node.target} ({node.name}) computes a symbolic value the program cannot hold")
 
     def _apply(self, op, args, kwargs=None):
         """Records aten op `op` with these arguments (schema defaults filled in);
@@ -242,12 +303,25 @@ class _Program:
         x, dim = node.args[0], node.args[1] if len(node.args) > 1 else 0
         step = node.args[4] if len(node.args) > 4 else 1
         val = node.meta.get("val")
-        length = val.shape[dim] if isinstance(val, torch.Tensor) else None
+        length = self._int(val.shape[dim]) if isinstance(val, torch.Tensor) else None
         if step != 1 or not isinstance(length, int):
             raise Unsupported(f"slice with a symbolic bound, step {step}, length {length}")
         start = self._arg(node.args[2])
         op = _A.narrow.Tensor if isinstance(start, _C.GraphValue) else _A.narrow.default
         return _C.GraphValue(self._apply(op, [self._arg(x), dim, start, length]))
+
+    def _int(self, x):
+        """A size from node metadata as an int: symbolic ones through the fixed values."""
+        if isinstance(x, (torch.SymInt, torch.SymBool)):
+            import sympy
+            e = x.node.expr.xreplace(self.subs) if self.subs else x.node.expr
+            if isinstance(e, (bool, sympy.logic.boolalg.BooleanAtom)):
+                return bool(e)
+            if isinstance(e, int):
+                return e
+            if e.is_number:
+                return int(e)
+        return x
 
     @staticmethod
     def _result_counts(node, schema):
@@ -279,8 +353,12 @@ class _Program:
         for o in outs:
             if isinstance(o, torch.fx.Node) and o in self.input_index:
                 self.out_spec.append(("input", self.input_index[o]))
+            elif isinstance(o, torch.fx.Node) and isinstance(self.env[o], int):
+                self.out_spec.append(("const", self.env[o]))  # a size, fixed in this program
             elif isinstance(o, torch.fx.Node):
                 v = self.env[o]
+                if isinstance(o.meta.get("val"), torch.SymInt):
+                    raise Unsupported(f"output {o.name} is a symbolic int computed in the graph")
                 if not isinstance(v, _C.GraphValue):
                     raise Unsupported(f"output {o.name} is not one value")
                 v, inverse = self._memory_order(o, v)
@@ -288,26 +366,41 @@ class _Program:
                 ids.append(v.id)
             else:
                 self.out_spec.append(("const", o))
+        self.copy_back = []  # (result index, input index): written by copy_ after the run
+        aliases = []
+        for v, i, in_program in self.mutations:
+            (aliases if in_program else self.copy_back).append((len(ids), i))
+            ids.append(v.id)
         self.graph.set_outputs(ids)
+        for k, i in aliases:
+            self.graph.alias(k, i)
 
     def _memory_order(self, node, v):
         """An output eager PyTorch gives a permuted layout (a transpose) comes out of
         the program in its memory order and is permuted back on return, so its
         strides are eager's at no copy. Returns (value, inverse permutation or None)."""
         val = node.meta.get("val")
-        if not isinstance(val, torch.Tensor) or val.dim() < 2 or val.is_contiguous():
+        if not isinstance(val, torch.Tensor) or val.dim() < 2:
             return v, None
-        perm = sorted(range(val.dim()), key=lambda d: -val.stride(d))
-        expect = 1
+        sizes = [self._int(x) for x in val.shape]
+        strides = [self._int(x) for x in val.stride()]
+        if not all(isinstance(x, int) for x in sizes + strides):
+            return v, None  # symbolic: the program's own (contiguous) layout
+        perm = sorted(range(val.dim()), key=lambda d: -strides[d])
+        expect, permuted = 1, False
         for d in reversed(perm):  # dense: the strides are a permutation of contiguous ones
-            if val.size(d) != 1 and val.stride(d) != expect:
+            if sizes[d] != 1 and strides[d] != expect:
                 return v, None
-            expect *= val.size(d)
+            expect *= sizes[d]
+        if perm == list(range(val.dim())):
+            return v, None  # already contiguous
         inverse = sorted(range(val.dim()), key=lambda d: perm[d])
         return _C.GraphValue(self.graph.apply("aten::permute", "", [v, perm], 1)), inverse
 
     def __call__(self, args):
         results = self.graph.run(list(args[: self.n_inputs]) + self.constants)
+        for k, i in self.copy_back:
+            args[i].copy_(results[k])
         out = []
         for kind, x in self.out_spec:
             if kind == "run":
@@ -321,18 +414,85 @@ class _Program:
 
 def _fallback_eager(gm, reason):
     _STATS["fallbacks"] += 1
+    _C.note_graph_fallback()
     warnings.warn(f"torchtpu: this graph runs as tpu eager ops, not one program: {reason}", stacklevel=3)
     from torch._functorch.aot_autograd import make_boxed_func
     return make_boxed_func(gm.forward)
 
 
+def _symbolic(ex) -> bool:
+    if isinstance(ex, torch.SymInt):
+        return True
+    return isinstance(ex, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in ex.shape)
+
+
+class _PerSizes:
+    """A graph with symbolic sizes: one program per distinct set of sizes (XLA
+    programs have static shapes), each built on first use, at most
+    TORCHTPU_GRAPH_PROGRAMS of them; new sizes past the cap run as eager ops.
+
+    `generic` is the program that keeps symbolic ints as runtime operands (the
+    runtime then compiles it once per set of tensor sizes); without one, every
+    set of symbolic int values gets its own program with the ints fixed."""
+
+    def __init__(self, gm, example_inputs, generic):
+        self._boxed_call = True  # an instance attribute: wrappers copy __dict__ (functools.wraps)
+        self.gm, self.example_inputs, self.generic = gm, example_inputs, generic
+        self.sym_ints = [i for i, ex in enumerate(example_inputs) if isinstance(ex, torch.SymInt)]
+        self.sym_tensors = [i for i, ex in enumerate(example_inputs)
+                            if isinstance(ex, torch.Tensor) and _symbolic(ex)]
+        self.programs = {}
+        self.cap = _programs_cap()
+        self.warned = False
+        self.eager = None
+
+    def _key(self, args):
+        ints = () if self.generic is not None else tuple(int(args[i]) for i in self.sym_ints)
+        return ints + tuple(tuple(args[i].shape) for i in self.sym_tensors)
+
+    def __call__(self, args):
+        key = self._key(args)
+        prog = self.programs.get(key)
+        if prog is None:
+            prog = self._new(key, args)
+        return prog(args)
+
+    def _new(self, key, args):
+        if len(self.programs) >= self.cap:
+            if not self.warned:
+                self.warned = True
+                warnings.warn(f"torchtpu: a compiled graph has met {self.cap} different sets of sizes "
+                              f"(TORCHTPU_GRAPH_PROGRAMS); new sizes run as tpu eager ops. Pad inputs to a "
+                              f"few sizes, or raise the cap.", stacklevel=4)
+            _C.note_graph_fallback()
+            if self.eager is None:
+                from torch._functorch.aot_autograd import make_boxed_func
+                self.eager = make_boxed_func(self.gm.forward)
+            return self.eager
+        if self.generic is not None:
+            prog = self.generic
+        else:
+            fixed = {i: int(args[i]) for i in self.sym_ints}
+            try:
+                prog = _Program(self.gm, self.example_inputs, fixed)
+            except Unsupported as e:
+                prog = _fallback_eager(self.gm, str(e))
+        self.programs[key] = prog
+        return prog
+
+
 def compile_graph(gm: torch.fx.GraphModule, example_inputs):
     """AOTAutograd's forward/backward compiler: an FX graph → a boxed callable."""
     _STATS["graphs"] += 1
+    symbolic = any(_symbolic(ex) for ex in example_inputs)
     try:
         program = _Program(gm, example_inputs)
     except Unsupported as e:
-        return _fallback_eager(gm, str(e))
+        if not symbolic:
+            return _fallback_eager(gm, str(e))
+        program = None  # a symbolic int is needed as a size: fix it per call
+    if symbolic:
+        return _PerSizes(gm, example_inputs, program)
     program._boxed_call = True
     return program
 
@@ -348,5 +508,8 @@ def backend(gm, example_inputs, **kwargs):
         from torch._functorch.partitioners import min_cut_rematerialization_partition
         _BACKEND = aot_autograd(fw_compiler=compile_graph, bw_compiler=compile_graph,
                                 partition_fn=min_cut_rematerialization_partition,
+                                # inference graphs (optimizer steps, decode) keep their
+                                # input mutations: the program writes them (graph.alias)
+                                keep_inference_input_mutations=True,
                                 decompositions=decompositions())
     return _BACKEND(gm, example_inputs, **kwargs)

@@ -30,6 +30,9 @@ struct tpu_graph {
   int* alias_input; /* per output: the tensor input it is written into, or -1 */
   int noutputs;
   bool sealed;
+  /* Programs lowered from this graph so far (one per set of input layouts);
+   * written under the caller's serialisation of runs, like the builder. */
+  int32_t nprograms;
 };
 
 #endif

@@ -55,7 +55,11 @@ static tpu_status_t* tpu_graph_lower(tpu_builder_t* b, tpu_op_t* op, int max_out
   for (int k = 0; k < g->noutputs && !st; ++k) outs[k] = vals[g->outputs[k]];
   if (!st) *out_nouts = g->noutputs;
   free(vals);
-  if (!st) tpu_metric_add(TPU_METRIC_GRAPH_COMPILES, 1);
+  if (!st) {
+    tpu_graph_t* counted = (tpu_graph_t*)op->program; /* graphs are created mutable; the op holds them const */
+    tpu_metric_add(TPU_METRIC_GRAPH_COMPILES, 1);
+    if (counted->nprograms++ > 0) tpu_metric_add(TPU_METRIC_GRAPH_RECOMPILES, 1);
+  }
   return st;
 }
 

@@ -29,6 +29,8 @@ static const char* const kNames[] = {
     [TPU_METRIC_SLOT_SWAPS] = "slot_swaps",
     [TPU_METRIC_CHECKED_OPS] = "index_checks",
     [TPU_METRIC_CHECK_READS] = "check_reads",
+    [TPU_METRIC_GRAPH_RECOMPILES] = "graph_recompiles",
+    [TPU_METRIC_GRAPH_FALLBACKS] = "graph_fallbacks",
 };
 static_assert(sizeof kNames / sizeof kNames[0] == TPU_METRIC_COUNT, "one name per metric");
 

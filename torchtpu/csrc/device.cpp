@@ -456,6 +456,8 @@ PYBIND11_MODULE(_C, m) {
     return d;
   });
   m.def("reset_metrics", []() { tpu_metrics_reset(); });
+  // torch.compile's graph walk (Python) decides when a graph runs as eager ops.
+  m.def("note_graph_fallback", []() { tpu_metric_add(TPU_METRIC_GRAPH_FALLBACKS, 1); });
   // Both compile-cache tiers: the in-memory executables and the disk entries.
   m.def("cache_clear", []() {
     py::gil_scoped_release nogil;

@@ -87,6 +87,8 @@ typedef enum tpu_metric {
   TPU_METRIC_SLOT_SWAPS,
   TPU_METRIC_CHECKED_OPS, /* executions of ops with device-side index checks */
   TPU_METRIC_CHECK_READS, /* downloads of a device's error word at sync points */
+  TPU_METRIC_GRAPH_RECOMPILES, /* programs built for a graph that already had one (new input sizes or layouts) */
+  TPU_METRIC_GRAPH_FALLBACKS,  /* compiled graphs (or new sizes of one) run as eager ops instead */
   TPU_METRIC_COUNT
 } tpu_metric_t;
 const char* tpu_metric_name(tpu_metric_t m);

@@ -98,6 +98,22 @@ int tpu_ops_dim(tpu_builder_t* b, int64_t dim, int rank) {
   return (int)(dim < 0 ? dim + r : dim);
 }
 
+bool tpu_ops_dim_set(tpu_builder_t* b, const tpu_op_t* op, int i, int rank, bool out_seen[TPU_MAX_RANK]) {
+  int64_t raw[TPU_MAX_RANK];
+  int n = tpu_op_ints(op, i, raw, TPU_MAX_RANK);
+  for (int d = 0; d < TPU_MAX_RANK; ++d) out_seen[d] = false;
+  for (int k = 0; k < n && k < TPU_MAX_RANK; ++k) {
+    int d = tpu_ops_dim(b, raw[k], rank);
+    if (!tpu_b_ok(b)) return false;
+    if (out_seen[d]) {
+      TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "dim %d appears multiple times in the list of dims", d);
+      return false;
+    }
+    out_seen[d] = true;
+  }
+  return true;
+}
+
 int tpu_ops_reduce_dims(tpu_builder_t* b, const tpu_op_t* op, int i, int rank, int64_t* out) {
   int64_t raw[TPU_MAX_RANK];
   int n = tpu_op_ints(op, i, raw, TPU_MAX_RANK);

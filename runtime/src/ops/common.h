@@ -19,6 +19,9 @@ tpu_val_t tpu_ops_operand(tpu_builder_t* b, tpu_op_t* op, int i, tpu_dtype_t dty
 tpu_val_t tpu_ops_bcast(tpu_builder_t* b, tpu_val_t v, const tpu_aval_t* shape);
 /* Wraps a possibly negative dim; records an IndexError-style failure if out of range. */
 int tpu_ops_dim(tpu_builder_t* b, int64_t dim, int rank);
+/* The dims of INT_LIST arg i (wrapped) as a set: out_seen[d] for each; a dim
+ * given twice records the failure PyTorch raises. Returns false on failure. */
+bool tpu_ops_dim_set(tpu_builder_t* b, const tpu_op_t* op, int i, int rank, bool out_seen[TPU_MAX_RANK]);
 /* Reduction dims from INT_LIST/INT arg i; absent or empty → all dims. Sorted, unique. */
 int tpu_ops_reduce_dims(tpu_builder_t* b, const tpu_op_t* op, int i, int rank, int64_t* out);
 /* A 0-d constant broadcast to v's shape, of v's dtype. */

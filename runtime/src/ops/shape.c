@@ -90,19 +90,12 @@ static tpu_status_t* tpu_lower_cat(tpu_builder_t* b, tpu_op_t* op, int max_outs,
 static tpu_status_t* tpu_lower_flip(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
   (void)max_outs;
   tpu_aval_t in = tpu_op_aval(op, 0);
-  int64_t raw[TPU_MAX_RANK], dims[TPU_MAX_RANK];
-  int n = tpu_op_ints(op, 1, raw, TPU_MAX_RANK), m = 0;
-  bool seen[TPU_MAX_RANK] = {false};
-  for (int k = 0; k < n && k < TPU_MAX_RANK; ++k) {
-    int d = tpu_ops_dim(b, raw[k], in.rank);
-    if (!tpu_b_ok(b)) return NULL;
-    if (seen[d]) {
-      TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "dim %d appears multiple times in the list of dims", d);
-      return NULL;
-    }
-    seen[d] = true;
-    if (in.rank > 0) dims[m++] = d;
-  }
+  bool seen[TPU_MAX_RANK];
+  if (!tpu_ops_dim_set(b, op, 1, in.rank, seen)) return NULL;
+  int64_t dims[TPU_MAX_RANK];
+  int m = 0;
+  for (int d = 0; d < in.rank; ++d)
+    if (seen[d]) dims[m++] = d;
   return tpu_shape_one(tpu_b_reverse(b, tpu_op_tensor(b, op, 0), m, dims), outs, nouts);
 }
 

@@ -417,19 +417,9 @@ static tpu_status_t* tpu_lower_squeeze(tpu_builder_t* b, tpu_op_t* op, int max_o
   if (tpu_op_kind(op, 1) == TPU_ARG_NONE) {
     for (int i = 0; i < in.rank; ++i) drop[i] = in.dims[i] == 1;
   } else {
-    int64_t raw[TPU_MAX_RANK];
-    bool seen[TPU_MAX_RANK] = {false};
-    int n = tpu_op_ints(op, 1, raw, TPU_MAX_RANK);
-    for (int k = 0; k < n; ++k) {
-      int d = tpu_ops_dim(b, raw[k], in.rank);
-      if (!tpu_b_ok(b)) return NULL;
-      if (seen[d]) {
-        TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "dim %d appears multiple times in the list of dims", d);
-        return NULL;
-      }
-      seen[d] = true;
-      if (in.rank > 0) drop[d] = in.dims[d] == 1;
-    }
+    bool seen[TPU_MAX_RANK];
+    if (!tpu_ops_dim_set(b, op, 1, in.rank, seen)) return NULL;
+    for (int d = 0; d < in.rank; ++d) drop[d] = seen[d] && in.dims[d] == 1;
   }
   int64_t dims[TPU_MAX_RANK];
   int m = 0;
