@@ -22,7 +22,7 @@ BIND_HDRS := $(wildcard torchtpu/csrc/*.h)
 BIND_OBJS := $(patsubst torchtpu/csrc/%.cpp,$(BUILD)/bind/%.o,$(BIND_SRCS))
 BIND_SO := torchtpu/_C.so
 
-.PHONY: all setup runtime binding run test ctest pytest sanitize bench bench-quick conformance models models-sweep clean
+.PHONY: all setup runtime binding run test ctest pytest sanitize bench bench-quick bench-peers conformance models models-sweep clean
 
 all: $(BIND_SO)
 
@@ -91,6 +91,19 @@ bench: $(STAMP) $(BIND_SO)
 
 bench-quick: $(STAMP) $(BIND_SO)
 	$(VPY) bench/run.py --quick
+
+# PyTorch/XLA (torch 2.9.0 + torch-xla 2.9.0, pinned in requirements-peers.txt, installed
+# --no-deps) as a peer on the same workloads, in a venv of its own -> reports/bench-peers.*
+# Never part of `make test`. PEERS_ARGS=--quick for the reduced plan (see docs/bench.md).
+PEERS_VENV := .venv-peers
+PEERS_STAMP := $(PEERS_VENV)/.peers-deps-installed
+PEERS_ARGS ?=
+$(PEERS_STAMP): requirements-peers.txt
+	test -x $(PEERS_VENV)/bin/python || $(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps -r requirements-peers.txt
+	touch $@
+bench-peers: $(PEERS_STAMP)
+	PJRT_DEVICE=CPU $(PEERS_VENV)/bin/python bench/peers.py $(PEERS_ARGS)
 
 conformance: $(STAMP) $(BIND_SO)
 	$(VPY) tests/conformance/run_opinfo.py --all --report reports

@@ -8,6 +8,11 @@ backend (bench/worker.py) — "tpu" (torchtpu strict eager), "cpu" (PyTorch eage
      its first step including every compile (fresh process: empty in-memory executable
      cache and an empty TORCHTPU_CACHE_DIR for torchtpu; for Inductor an empty
      TORCHINDUCTOR_CACHE_DIR, so FX-graph, AOTAutograd and C++ kernel caches are all cold);
+     1b. first step, warm (tpu and tpu-compile): right after the cold first step, a second
+     fresh worker for the same backend starts with TORCHTPU_CACHE_DIR = the directory the
+     cold worker just filled (the cold worker stays alive, idle, so the directory lives
+     until it closes), builds the workload, times its first step and quits. Same process
+     freshness, only the persistent disk compile cache differs (--no-warm-first skips it);
   2. warm-up: a few more untimed steps on each backend;
   3. timed repeats, interleaved: tpu, cpu, inductor, tpu, cpu, inductor, ... so that
      machine noise falls on all backends alike; each worker synchronises before it
@@ -129,9 +134,14 @@ class WorkerError(RuntimeError):
 
 
 class Worker:
-    def __init__(self, workload, backend, cfg, log_dir, timeout_s, extra_env=None, inductor_cache=None):
+    def __init__(self, workload, backend, cfg, log_dir, timeout_s, extra_env=None, inductor_cache=None,
+                 tpu_cache_dir=None, tag=None):
+        """tpu_cache_dir: TORCHTPU_CACHE_DIR for a tpu worker (default: an empty directory of
+        its own, removed by close()); a given directory is not removed by this worker.
+        tag: appended to the log file's name ("warm" for the warm first-step worker)."""
         self.workload, self.backend, self.timeout_s = workload, backend, timeout_s
         self.cache_state = None
+        self.tpu_cache_dir = None
         self.rfd, wfd = os.pipe()
         env = dict(os.environ)
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
@@ -145,10 +155,12 @@ class Worker:
                                 and os.listdir(inductor_cache) else "empty (cold)")
         if backend.startswith("tpu"):
             env["TORCHTPU_EAGER_MODE"] = "strict"
-            # Cold compile: the disk compile cache in an empty directory of this worker's own.
-            env["TORCHTPU_CACHE_DIR"] = os.path.join(self.tmp, "torchtpu-cache")
+            # Cold compile: the disk compile cache in an empty directory of this worker's own
+            # (unless the driver hands it a populated one: the warm first-step worker).
+            self.tpu_cache_dir = tpu_cache_dir or os.path.join(self.tmp, "torchtpu-cache")
+            env["TORCHTPU_CACHE_DIR"] = self.tpu_cache_dir
             env.pop("TORCHTPU_CPU_FALLBACK", None)
-        self.log_path = os.path.join(log_dir, f"{workload}-{backend}.log")
+        self.log_path = os.path.join(log_dir, f"{workload}-{backend}{'-' + tag if tag else ''}.log")
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
             [sys.executable, os.path.join(HERE, "worker.py"), "--backend", backend,
@@ -232,7 +244,25 @@ def stats(xs):
     return {"median": statistics.median(xs), "q1": q1, "q3": q3, "min": xs[0], "max": xs[-1], "n": len(xs)}
 
 
-def run_workload(name, cfg, backends, plan, log_dir, log, skip=None, extra_env=None):
+def _dir_usage(path):
+    """(entry files, bytes) under a torchtpu disk-cache directory."""
+    n = size = 0
+    for root, _, files in os.walk(path):
+        for f in files:
+            if f.startswith(".tmp-"):
+                continue
+            try:
+                size += os.path.getsize(os.path.join(root, f))
+                n += 1
+            except OSError:
+                pass
+    return n, size
+
+
+WARM_BACKENDS = ("tpu", "tpu-compile")
+
+
+def run_workload(name, cfg, backends, plan, log_dir, log, skip=None, extra_env=None, warm_first=True):
     import workloads
     repeats = plan["repeats"][name]
     skip = skip or {}
@@ -265,6 +295,55 @@ def run_workload(name, cfg, backends, plan, log_dir, log, skip=None, extra_env=N
             fail(b, stage, res)
             return None
         return res
+
+    def warm_first_step(b):
+        """A second fresh process for backend b whose TORCHTPU_CACHE_DIR is the directory the
+        cold worker b populated (b stays alive, idle, so the directory outlives this; it is
+        removed when b closes): setup + first step, then it quits. Nothing else computes
+        meanwhile: the other workers wait on their pipes."""
+        cache = workers[b].tpu_cache_dir
+        n, size = _dir_usage(cache)
+        info = {"status": "ok", "error": None, "cache_entries": n, "cache_bytes": size}
+        w = None
+        try:
+            w = Worker(name, b, cfg, log_dir, plan["timeout_s"], extra_env, tpu_cache_dir=cache, tag="warm")
+            stage = "start"
+            res = w.ready()
+            if res.get("ok"):
+                info["import_s"] = res.get("import_s")
+                stage = "setup"
+                res = w.cmd("setup")
+            if res.get("ok"):
+                info["setup_s"] = res["setup_s"]
+                info["setup_metrics"] = res.get("setup_metrics", {})
+                stage = "first step"
+                res = w.cmd("first")
+            if res.get("ok"):
+                info["first_step_s"] = res["seconds"]
+                info["metrics"] = res.get("metrics", {})
+            else:
+                info.update(status="failed", error=f"{stage}: {res.get('error')}")
+                if res.get("traceback"):
+                    info["traceback"] = res["traceback"]
+        except Exception as e:  # noqa: BLE001 - a failed warm run is a result, the bench goes on
+            info.update(status="failed", error=f"{type(e).__name__}: {e}" if not isinstance(e, WorkerError)
+                        else str(e))
+        finally:
+            if w is not None:
+                w.close()
+        row = rows[b]
+        row["first_step_warm"] = info
+        if info["status"] == "ok":
+            row["first_step_warm_s"] = info["first_step_s"]
+            row["first_step_warm_metrics"] = info["metrics"]
+            if row.get("first_step_s") and info["first_step_s"] > 0:
+                row["first_step_cold_over_warm"] = row["first_step_s"] / info["first_step_s"]
+            m = info["metrics"]
+            log(f"  {b:9s} first step warm {info['first_step_s']:.3f} s (fresh process, disk cache of "
+                f"{n} entries / {size / 1024:.0f} KB: {m.get('compiles', 0)} compiles, "
+                f"{m.get('disk_cache_hits', 0)} disk hits, {m.get('disk_cache_misses', 0)} misses)")
+        else:
+            log(f"  {b:9s} first step warm FAILED: {info['error']}")
 
     t0 = time.perf_counter()
     # Start the workers together (imports overlap), then wait for each to be ready.
@@ -300,6 +379,9 @@ def run_workload(name, cfg, backends, plan, log_dir, log, skip=None, extra_env=N
             rows[b]["first_step_s"] = res["seconds"]
             rows[b]["first_step_metrics"] = res.get("metrics", {})
             log(f"  {b:9s} first step {res['seconds']:.3f} s")
+            # 1b. the same first step in a second fresh process, disk cache warm.
+            if warm_first and b in WARM_BACKENDS:
+                warm_first_step(b)
         # 2. warm-up.
         for b in list(workers):
             res = call(b, "warm-up", "warmup", n=plan["warmup"])
@@ -324,8 +406,9 @@ def run_workload(name, cfg, backends, plan, log_dir, log, skip=None, extra_env=N
             rows[b]["memory"] = res["memory"]
             rows[b]["timed_metrics"] = res.get("timed_metrics", {})
             rows[b]["timed_steps"] = res.get("timed_steps", 0)
-            if "metrics_total" in res:
-                rows[b]["metrics_total"] = res["metrics_total"]
+            for k in ("metrics_total", "xla_fallback_ops"):
+                if k in res:
+                    rows[b][k] = res[k]
     finally:
         for b in list(workers):
             workers.pop(b).close()
@@ -468,6 +551,10 @@ def write_markdown(path, meta, rows, peak):
             if r.get("dispatch_check"):
                 dc = r["dispatch_check"]
                 notes.append(f"timed compiles {dc['timed_compiles']}, cache hits/op {dc['cache_hits_per_op']:.2f}")
+        if r.get("first_step_warm_s") is not None:
+            ratio = r.get("first_step_cold_over_warm")
+            notes.append(f"first step on a warm disk cache {_secs(r['first_step_warm_s'])}"
+                         + (f" (cold/warm {ratio:.1f}x)" if ratio else ""))
         if r["status"] != "ok":
             notes.append("ERROR " + (r.get("error") or ""))
         note = "; ".join(notes).replace("|", "\\|")
@@ -500,6 +587,45 @@ def write_markdown(path, meta, rows, peak):
                  f"{_fmt(ps.get('compiles'))} | {_fmt(ps.get('h2d_bytes'))} | {_fmt(ps.get('d2h_bytes'))} | "
                  f"{_secs(est) if est is not None else '—'}{share} |")
     L.append("")
+    warm = [r for r in rows if r["backend"] in WARM_BACKENDS and r["status"] != "skipped"]
+    if warm:
+        L.append("## First step: cold (empty disk cache) vs warm (populated disk cache), fresh process\n")
+        L.append("Both are a fresh worker process (empty in-memory executable cache) running setup and then "
+                 "one timed step, synchronised. Cold: TORCHTPU_CACHE_DIR is an empty directory. Warm: a "
+                 "second process, started right after the cold one's first step, whose TORCHTPU_CACHE_DIR is "
+                 "the directory the cold process filled during its setup and first step (entries / size "
+                 "below). The compiles, disk hits and misses are torchtpu.metrics() deltas over the first "
+                 "step alone (setup has its own, in bench.json). What warm still pays is PyTorch's own "
+                 "first-use cost (for tpu-compile: Dynamo tracing and AOTAutograd) plus loading the "
+                 "executables from disk.\n")
+        L.append("| workload | backend | cold first step | warm first step | cold / warm | cold compiles "
+                 "(compile s) | warm compiles | warm disk hits | warm disk misses | warm graph compiles | "
+                 "disk cache at warm start | warm setup |")
+        L.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for r in warm:
+            fm = r.get("first_step_metrics") or {}
+            w = r.get("first_step_warm") or {}
+            wm = w.get("metrics") or {}
+            if r.get("first_step_s") is None:
+                L.append(f"| {r['workload']} | {r['backend']} | FAILED | not run | — | — | — | — | — | — | — | "
+                         "cold worker failed before its first step finished: see Failures |")
+                continue
+            if w.get("status") == "failed":
+                err = (w.get("error") or "").replace("|", "\\|")[:200]
+                L.append(f"| {r['workload']} | {r['backend']} | {_secs(r.get('first_step_s'))} | FAILED | — | "
+                         f"{fm.get('compiles', '—')} | — | — | — | — | — | {err} |")
+                continue
+            ratio = r.get("first_step_cold_over_warm")
+            cs = fm.get("compile_seconds")
+            cache = (f"{w['cache_entries']} entries, {_fmt(w['cache_bytes'] / 1024)} KB"
+                     if "cache_entries" in w else "—")
+            L.append(f"| {r['workload']} | {r['backend']} | {_secs(r.get('first_step_s'))} | "
+                     f"{_secs(r.get('first_step_warm_s'))} | {'—' if ratio is None else f'{ratio:.1f}x'} | "
+                     f"{fm.get('compiles', '—')}{'' if cs is None else f' ({cs:.2f} s)'} | "
+                     f"{wm.get('compiles', '—')} | {wm.get('disk_cache_hits', '—')} | "
+                     f"{wm.get('disk_cache_misses', '—')} | {wm.get('graph_compiles', '—')} | {cache} | "
+                     f"{_secs(w.get('setup_s'))} |")
+        L.append("")
     failed = [r for r in rows if r["status"] == "failed"]
     L.append("## Failures\n")
     if not failed:
@@ -521,8 +647,10 @@ def write_markdown(path, meta, rows, peak):
     else:
         ind = "Inductor's compile (TORCHINDUCTOR_CACHE_DIR in a new empty directory: fully cold)"
     L.append("- First step: fresh process per (workload, backend); includes torchtpu's compiles "
-             "(in-memory executable cache only, empty at start) and " + ind +
-             ". Model/data construction is timed separately (setup_s in JSON).")
+             "(in-memory executable cache and TORCHTPU_CACHE_DIR both empty at start) and " + ind +
+             ". Model/data construction is timed separately (setup_s in JSON). The warm first step "
+             "of tpu and tpu-compile (its own table above; `first_step_warm_s`, `first_step_warm` in JSON) "
+             "is a second fresh process on the disk cache the cold one filled.")
     L.append("- Peak memory: 'RSS +X MB' = VmHWM − VmRSS before the model was built, with VmHWM reset "
              "(/proc/self/clear_refs) after warm-up, so it is the steady-state peak of the timed steps "
              "(the first-step peak, compile included, is `rss_peak_first_delta_bytes` in JSON). "
@@ -638,6 +766,9 @@ def main():
     ap.add_argument("--repeats", type=int, default=None, help="override the repeats of every workload")
     ap.add_argument("--inductor-dispatch", action="store_true",
                     help="also run the dispatch chain under Inductor (a 1,000-op graph: minutes of compile)")
+    ap.add_argument("--no-warm-first", action="store_true",
+                    help="skip the warm first step (a second fresh tpu / tpu-compile process on the "
+                         "disk compile cache the cold one filled)")
     ap.add_argument("--omp-wait-policy", choices=["auto", "default", "passive"], default="auto",
                     help="OMP_WAIT_POLICY for every worker. auto: PASSIVE when the 1-min load average "
                          "exceeds the CPU count at start (spinning OpenMP threads collapse under "
@@ -691,7 +822,8 @@ def main():
                 skip["inductor"] = ("n/a: Inductor fuses the whole chain into one kernel, so there is no "
                                     "per-op dispatch to measure (and compiling the 1,000-op graph takes minutes); "
                                     "--inductor-dispatch runs it anyway")
-            res = run_workload(w, cfgs[w], backends, plan, log_dir, log, skip, extra_env)
+            res = run_workload(w, cfgs[w], backends, plan, log_dir, log, skip, extra_env,
+                               warm_first=not args.no_warm_first)
         except Exception as e:  # noqa: BLE001 - the suite goes on
             res = [{"workload": w, "backend": b, "status": "failed", "error": f"driver: {type(e).__name__}: {e}",
                     "missing_ops": [], "times_s": [], "notes": [], "stats_s": None} for b in backends]

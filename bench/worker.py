@@ -1,8 +1,13 @@
 """One benchmark worker: a fresh process running one workload on one backend.
 
 bench/run.py starts one worker per (workload, backend), so the first step of each is
-cold (fresh process: no executable cache in memory; Inductor's on-disk caches point at
-an empty directory the driver made for this worker). The driver then sends commands,
+cold (fresh process: no executable cache in memory; torchtpu's and Inductor's on-disk
+caches point at an empty directory the driver made for this worker, except for the
+warm first-step worker, which gets the directory its cold twin filled). bench/peers.py
+uses the same workers, in its own venv, for the backends "xla" (PyTorch/XLA lazy
+tensors, torch_xla.sync() after each step) and "xla-compile" (torch.compile with
+backend "openxla"); PyTorch/XLA keeps no persistent compile cache unless asked to, so
+its first step is cold too. The driver then sends commands,
 one JSON line each on stdin, and the worker answers one JSON line each on a private
 pipe (fd passed as --reply-fd) so that library output on stdout/stderr cannot mix in:
 
@@ -67,7 +72,10 @@ _OP_RE = re.compile(r"aten::[A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+)?")
 def describe_error(exc):
     msg = f"{type(exc).__name__}: {exc}"
     ops = sorted(set(_OP_RE.findall(str(exc)))) if isinstance(exc, NotImplementedError) else []
-    first = msg.strip().splitlines()[0] if msg.strip() else msg
+    # The first line, or for a wrapper whose first line only says "raised:" (Dynamo's
+    # BackendCompilerFailed), the first few non-empty lines, so the cause is in the report.
+    lines = [x.strip() for x in msg.strip().splitlines() if x.strip()]
+    first = (" ".join(lines[:3]) if lines and lines[0].rstrip().endswith(":") else lines[0]) if lines else msg
     return {"ok": False, "error": first[:600], "missing_ops": ops,
             "traceback": traceback.format_exc()[-3000:]}
 
@@ -76,7 +84,8 @@ def describe_error(exc):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--backend", required=True, choices=["tpu", "tpu-compile", "cpu", "inductor"])
+    ap.add_argument("--backend", required=True,
+                    choices=["tpu", "tpu-compile", "cpu", "inductor", "xla", "xla-compile"])
     ap.add_argument("--workload", required=True)
     ap.add_argument("--cfg", required=True, help="the workload's configuration, JSON")
     ap.add_argument("--reply-fd", type=int, required=True)
@@ -90,9 +99,15 @@ def main():
     t_imp = time.perf_counter()
     import torch
     tpu = args.backend.startswith("tpu")
+    xla = args.backend.startswith("xla")
     torchtpu = None
     if tpu:
         import torchtpu  # noqa: F401  (registers the device)
+    if xla:
+        # PyTorch/XLA (bench/peers.py only, in its own venv): PJRT_DEVICE comes from the driver.
+        import torch_xla
+        import torch_xla.core.xla_model as xm
+        import torch_xla.debug.metrics as met
     import workloads
     import_s = time.perf_counter() - t_imp
 
@@ -102,6 +117,29 @@ def main():
 
         def metrics():
             return {k: v for k, v in torchtpu.metrics().items() if isinstance(v, (int, float))}
+    elif xla:
+        def sync():
+            # Cut the lazy graph and run it (a no-op when nothing is pending, e.g. after a
+            # torch.compile(backend="openxla") call that already executed), then wait for
+            # the device: XLA executes asynchronously.
+            torch_xla.sync()
+            xm.wait_device_ops()
+
+        def metrics():
+            out = {}
+            for name, key in (("CompileTime", "xla_compiles"), ("ExecuteTime", "xla_executions"),
+                              ("TransferToDeviceTime", "xla_h2d_transfers"),
+                              ("TransferFromDeviceTime", "xla_d2h_transfers")):
+                d = met.metric_data(name)
+                out[key] = d[0] if d else 0
+                if key == "xla_compiles":
+                    out["xla_compile_seconds"] = (d[1] / 1e9) if d else 0.0
+            for name in ("CachedCompile", "UncachedCompile"):
+                v = met.counter_value(name)
+                out["xla_" + name] = v or 0
+            out["xla_fallback_calls"] = sum(met.counter_value(n) or 0 for n in met.counter_names()
+                                            if n.startswith("aten::"))
+            return out
     else:
         def sync():
             pass
@@ -223,8 +261,10 @@ def main():
                 if timed_m0 is not None and timed_m1 is not None and timed_steps:
                     timed = {k: (timed_m1[k] - timed_m0.get(k, 0)) for k in timed_m1}
                 extra = {}
-                if tpu:
+                if tpu or xla:
                     extra["metrics_total"] = metrics()
+                if xla:
+                    extra["xla_fallback_ops"] = sorted(met.executed_fallback_ops())
                 reply({"ok": True, "memory": mem, "timed_metrics": timed,
                        "timed_steps": timed_steps, "first_metrics": first_metrics, **extra})
             else:

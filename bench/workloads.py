@@ -4,7 +4,12 @@ A backend is one of:
   "tpu"      - torchtpu strict eager (device "tpu", asynchronous; synchronised before
                every timer stop with torch.tpu.synchronize()),
   "cpu"      - PyTorch eager on the CPU (synchronous),
-  "inductor" - torch.compile (default backend, Inductor) on the CPU.
+  "inductor" - torch.compile (default backend, Inductor) on the CPU,
+and, for bench/peers.py only (its own venv with torch 2.9 + torch-xla 2.9, PJRT_DEVICE=CPU):
+  "xla"         - PyTorch/XLA lazy tensors on torch_xla.device() (the worker calls
+                  torch_xla.sync() and xm.wait_device_ops() after each step),
+  "xla-compile" - torch.compile(backend="openxla") on the XLA device, compiling what
+                  "tpu-compile" compiles (the whole training step, or the model).
 
 `build(name, backend, cfg)` returns a Workload: `step()` runs one timed unit of work
 (it does not synchronise; the worker does), and `unit` / `work` say how to turn a step
@@ -57,28 +62,37 @@ class Workload:
         return self.work / seconds
 
 
+# torch.compile backends of the "whole program" modes: the tpu one, and PyTorch/XLA's peer.
+_WHOLE = {"tpu-compile": "tpu", "xla-compile": "openxla"}
+
+
 def _compile(fn, backend):
     if backend == "inductor":
         return torch.compile(fn)
-    if backend == "tpu-compile":
-        return torch.compile(fn, backend="tpu")
+    if backend in _WHOLE:
+        return torch.compile(fn, backend=_WHOLE[backend])
     return fn
 
 
 def _device(backend):
-    return "tpu" if backend.startswith("tpu") else "cpu"
+    if backend.startswith("tpu"):
+        return "tpu"
+    if backend.startswith("xla"):
+        import torch_xla
+        return torch_xla.device()
+    return "cpu"
 
 
 def _train_step(loss_fn, opt, backend):
-    """One training step. tpu-compile compiles all of it (forward, loss, backward and
-    the optimizer step); Inductor compiles the forward+loss given to it."""
+    """One training step. tpu-compile (and xla-compile) compile all of it (forward, loss,
+    backward and the optimizer step); Inductor compiles the forward+loss given to it."""
     def step():
         loss = loss_fn()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         return loss
-    return torch.compile(step, backend="tpu") if backend == "tpu-compile" else step
+    return torch.compile(step, backend=_WHOLE[backend]) if backend in _WHOLE else step
 
 
 # ---------------------------------------------------------------- 1. dispatch latency
@@ -149,7 +163,7 @@ def mlp_train(backend, cfg):
     notes = []
     if backend == "inductor":
         notes.append("forward+loss compiled (AOTAutograd backward); Adam step eager")
-    if backend == "tpu-compile":
+    if backend in _WHOLE:
         notes.append("whole step compiled: forward, loss, backward and the Adam step")
     return Workload(step, "ms/step", 1e3, "latency", notes)
 
@@ -225,7 +239,7 @@ def gpt_train(backend, cfg):
     notes = []
     if backend == "inductor":
         notes.append("model+loss compiled (AOTAutograd backward); AdamW step eager")
-    if backend == "tpu-compile":
+    if backend in _WHOLE:
         notes.append("whole step compiled: forward, loss, backward and the AdamW step")
     return Workload(step, "tokens/s", cfg["batch"] * cfg["seq"], "throughput", notes)
 
@@ -234,10 +248,14 @@ def gpt_fwd(backend, cfg):
     model, idx, tgt = _gpt(backend, cfg)
     model.eval()
     fl = _compile(model, backend)
+    out = {}
 
     def step():
+        # The result is kept (as in every workload): a lazy backend (PyTorch/XLA) computes
+        # only what is still referenced when the step is synchronised.
         with torch.no_grad():
-            return fl(idx, tgt)
+            out["loss"] = fl(idx, tgt)
+            return out["loss"]
 
     return Workload(step, "tokens/s", cfg["batch"] * cfg["seq"], "throughput")
 
