@@ -246,26 +246,13 @@ def main():
 
     os.environ.setdefault("PJRT_DEVICE", "CPU")   # the workers get CPU in any case
     versions = check_env()
-    mode = "quick" if args.quick else "full"
-    plan = json.loads(json.dumps(bench.PLAN[mode]))
+    mode, plan, cfgs, names, log_dir = bench.resolve_plan(args, "bench-peers-logs")
     plan.pop("inductor_cache", None)
-    if args.repeats:
-        plan["repeats"] = {k: args.repeats for k in plan["repeats"]}
-    cfgs = workloads.QUICK if args.quick else workloads.FULL
-    names = [w for w in args.workloads.split(",") if w]
     modes = [m for m in args.modes.split(",") if m]
-    for w in names:
-        if w not in cfgs:
-            sys.exit(f"unknown workload {w!r}; known: {', '.join(cfgs)}")
     for m in modes:
         if m not in MODES:
             sys.exit(f"unknown mode {m!r}; known: {', '.join(MODES)}")
-    os.makedirs(args.out, exist_ok=True)
-    log_dir = os.path.join(args.out, "bench-peers-logs")
-    os.makedirs(log_dir, exist_ok=True)
-
-    def log(msg):
-        print(msg, flush=True)
+    log = bench.log
 
     t0 = time.perf_counter()
     started = time.strftime("%Y-%m-%d %H:%M:%S")

@@ -755,6 +755,29 @@ def _write_png_fallback(path, names, series):
 
 # ---------------------------------------------------------------- main
 
+def resolve_plan(args, log_name):
+    """The run plan both drivers (this one and peers.py) take from their common options:
+    (mode, plan, workload configs, workload names, log directory)."""
+    import workloads
+    mode = "quick" if args.quick else "full"
+    plan = json.loads(json.dumps(PLAN[mode]))
+    if args.repeats:
+        plan["repeats"] = {k: args.repeats for k in plan["repeats"]}
+    cfgs = workloads.QUICK if args.quick else workloads.FULL
+    names = [w for w in args.workloads.split(",") if w]
+    for w in names:
+        if w not in cfgs:
+            sys.exit(f"unknown workload {w!r}; known: {', '.join(cfgs)}")
+    os.makedirs(args.out, exist_ok=True)
+    log_dir = os.path.join(args.out, log_name)
+    os.makedirs(log_dir, exist_ok=True)
+    return mode, plan, cfgs, names, log_dir
+
+
+def log(msg):
+    print(msg, flush=True)
+
+
 def main():
     import workloads
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -775,22 +798,8 @@ def main():
                          "oversubscription), else PyTorch's default")
     args = ap.parse_args()
 
-    mode = "quick" if args.quick else "full"
-    plan = json.loads(json.dumps(PLAN[mode]))
-    if args.repeats:
-        plan["repeats"] = {k: args.repeats for k in plan["repeats"]}
-    cfgs = workloads.QUICK if args.quick else workloads.FULL
-    names = [w for w in args.workloads.split(",") if w]
+    mode, plan, cfgs, names, log_dir = resolve_plan(args, "bench-logs")
     backends = [b for b in args.backends.split(",") if b]
-    for w in names:
-        if w not in cfgs:
-            sys.exit(f"unknown workload {w!r}; known: {', '.join(cfgs)}")
-    os.makedirs(args.out, exist_ok=True)
-    log_dir = os.path.join(args.out, "bench-logs")
-    os.makedirs(log_dir, exist_ok=True)
-
-    def log(msg):
-        print(msg, flush=True)
 
     t0 = time.perf_counter()
     started = time.strftime("%Y-%m-%d %H:%M:%S")
