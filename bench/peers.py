@@ -259,18 +259,7 @@ def main():
     peak = bench.cpu_peak()
     load0 = os.getloadavg()
     extra_env = {"PJRT_DEVICE": "CPU"}
-    load_warning = None
-    policy = args.omp_wait_policy
-    if policy == "auto":
-        policy = "passive" if load0[0] > peak["cores"] else "default"
-        if policy == "passive":
-            load_warning = (f"the machine was busy at start (load {load0[0]:.1f} on {peak['cores']} CPUs): "
-                            "all timings are inflated and noisy; OMP_WAIT_POLICY=PASSIVE was set for every "
-                            "worker. Re-run on an idle machine for clean numbers.")
-    if policy == "passive":
-        extra_env["OMP_WAIT_POLICY"] = "PASSIVE"
-    elif "OMP_WAIT_POLICY" in os.environ:
-        policy = f"inherited {os.environ['OMP_WAIT_POLICY']}"
+    policy, load_warning = bench.omp_wait_policy(args.omp_wait_policy, load0, peak, extra_env)
     if load_warning:
         log("warning: " + load_warning)
     log(f"bench-peers ({mode}): {', '.join(names)} on {', '.join(modes)}; torch {versions['torch']}, "

@@ -774,6 +774,24 @@ def resolve_plan(args, log_name):
     return mode, plan, cfgs, names, log_dir
 
 
+def omp_wait_policy(requested, load0, peak, extra_env):
+    """OMP_WAIT_POLICY for every worker (both drivers): auto = PASSIVE when the 1-min load
+    average exceeds the CPU count at start. Sets it in extra_env; returns (policy, warning)."""
+    policy, warning = requested, None
+    if policy == "auto":
+        policy = "passive" if load0[0] > peak["cores"] else "default"
+        if policy == "passive":
+            warning = (f"the machine was busy at start (load {load0[0]:.1f} on {peak['cores']} CPUs): "
+                       "all timings are inflated and noisy; OMP_WAIT_POLICY=PASSIVE was set for every "
+                       "worker, because PyTorch's spinning OpenMP threads (CPU eager, Inductor) slow down "
+                       "several-fold under oversubscription. Re-run on an idle machine for clean numbers.")
+    if policy == "passive":
+        extra_env["OMP_WAIT_POLICY"] = "PASSIVE"
+    elif "OMP_WAIT_POLICY" in os.environ:
+        policy = f"inherited {os.environ['OMP_WAIT_POLICY']}"
+    return policy, warning
+
+
 def log(msg):
     print(msg, flush=True)
 
@@ -806,18 +824,7 @@ def main():
     peak = cpu_peak()
     load0 = os.getloadavg()
     extra_env, load_warning = {}, None
-    policy = args.omp_wait_policy
-    if policy == "auto":
-        policy = "passive" if load0[0] > peak["cores"] else "default"
-        if policy == "passive":
-            load_warning = (f"the machine was busy at start (load {load0[0]:.1f} on {peak['cores']} CPUs): "
-                            "all timings are inflated and noisy; OMP_WAIT_POLICY=PASSIVE was set for every "
-                            "worker, because PyTorch's spinning OpenMP threads (CPU eager, Inductor) slow down "
-                            "several-fold under oversubscription. Re-run on an idle machine for clean numbers.")
-    if policy == "passive":
-        extra_env["OMP_WAIT_POLICY"] = "PASSIVE"
-    elif "OMP_WAIT_POLICY" in os.environ:
-        policy = f"inherited {os.environ['OMP_WAIT_POLICY']}"
+    policy, load_warning = omp_wait_policy(args.omp_wait_policy, load0, peak, extra_env)
     if load_warning:
         log("warning: " + load_warning)
     log(f"bench ({mode}): {', '.join(names)} on {', '.join(backends)}; "
