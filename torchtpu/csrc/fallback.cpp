@@ -12,10 +12,10 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -73,20 +73,84 @@ std::string dev_str(int index) { return "tpu:" + std::to_string(index); }
   __builtin_unreachable();
 }
 
-// One boxed call: the schema and the arguments on the stack.
+// What the fallback needs to know about one op schema, worked out on its first
+// call and kept: names, argument kinds and return aliases do not change between
+// calls, and building them per call (strings, TypePtr copies) cost more than
+// the lowering's cache lookup.
+struct ArgInfo {
+  c10::TypePtr type;  // Optional[T] unwrapped to T
+  bool write;         // Tensor(a!): in-place self, out=, mutated buffer
+  bool out;           // a kwarg-only write: an out= argument
+  bool tensor_list;   // Tensor[] or Tensor?[]
+  bool index_list;    // Tensor?[] (index lists: cpu indices are uploaded)
+};
+
+struct OpInfo {
+  std::string schema_name, overload;  // the key, checked on every hit
+  std::string full;                   // "aten::add.Tensor", for messages
+  std::string name;                   // the lowering's name: "add"
+  std::vector<ArgInfo> args;
+  std::vector<c10::TypePtr> ret_types;  // unwrapped
+  std::vector<int> ret_alias;           // per return: the argument it aliases, -1 for none
+  std::vector<bool> arg_returned;       // per argument: some return aliases it
+  bool list_return = false;             // some return is a Tensor[]
+  bool wants_out_dtype = false;
+  bool supported = false;
+};
+
+std::vector<int> return_aliases(const c10::FunctionSchema& schema, std::vector<bool>* arg_returned);
+
+std::unique_ptr<OpInfo> make_op_info(const c10::FunctionSchema& schema) {
+  auto info = std::make_unique<OpInfo>();
+  info->schema_name = schema.name();
+  info->overload = schema.overload_name();
+  info->full = schema.name() + (info->overload.empty() ? "" : "." + info->overload);
+  info->name = aten_base_name(schema.name());
+  for (const c10::Argument& a : schema.arguments()) {
+    ArgInfo ai{unwrap_optional(a.real_type()), is_write(a), false, false, false};
+    ai.out = ai.write && a.kwarg_only();
+    ai.tensor_list = is_tensor_list_type(ai.type);
+    ai.index_list = ai.tensor_list &&
+                    ai.type->castRaw<c10::ListType>()->getElementType()->kind() == c10::TypeKind::OptionalType;
+    info->args.push_back(std::move(ai));
+  }
+  for (const c10::Argument& r : schema.returns()) {
+    info->ret_types.push_back(unwrap_optional(r.real_type()));
+    info->list_return = info->list_return || is_tensor_list_type(info->ret_types.back());
+  }
+  info->ret_alias = return_aliases(schema, &info->arg_returned);
+  info->wants_out_dtype = tpu_op_wants_out_dtype(info->name.c_str());
+  info->supported = tpu_op_supported(info->name.c_str());
+  return info;
+}
+
+// Per thread, so the hot path takes no lock. A schema's address is stable while
+// its operator is registered; the name check catches an address reused by a
+// later registration.
+const OpInfo& op_info(const c10::FunctionSchema& schema) {
+  thread_local std::unordered_map<const c10::FunctionSchema*, std::unique_ptr<OpInfo>> cache;
+  auto& slot = cache[&schema];
+  if (!slot || slot->schema_name != schema.name() || slot->overload != schema.overload_name() ||
+      slot->args.size() != schema.arguments().size())
+    slot = make_op_info(schema);
+  return *slot;
+}
+
+// One boxed call: the op's facts and the arguments on the stack.
 struct Call {
+  const OpInfo& info;
   const c10::FunctionSchema& schema;
   torch::jit::Stack* stack;
   size_t base;
-  std::string full;  // "aten::add.Tensor", for messages
-  std::string name;  // the lowering's name: "add" (no namespace, no in-place underscore)
+  const std::string& full;  // "aten::add.Tensor", for messages
+  const std::string& name;  // the lowering's name: "add" (no namespace, no in-place underscore)
   const c10::IValue& arg(size_t i) const { return (*stack)[base + i]; }
-  size_t nargs() const { return schema.arguments().size(); }
+  size_t nargs() const { return info.args.size(); }
+  const c10::Argument& schema_arg(size_t i) const { return schema.arguments()[i]; }
 };
 
 // The device the op runs on; raises PyTorch's error for mixed devices.
 int op_device(const Call& c) {
-  const auto& sargs = c.schema.arguments();
   int device = -1;
   bool has_cpu_tensor = false;  // non-scalar cpu tensor in a tensor position
   std::string other_device;
@@ -108,14 +172,13 @@ int op_device(const Call& c) {
   int device_arg = -1;
   for (size_t i = 0; i < c.nargs(); ++i) {
     const c10::IValue& v = c.arg(i);
-    const c10::TypePtr t = unwrap_optional(sargs[i].real_type());
+    const ArgInfo& ai = c.info.args[i];
     if (v.isNone()) continue;
     if (v.isTensor()) {
-      see(v.toTensor(), false, is_write(sargs[i]));
-    } else if (is_tensor_list_type(t)) {
-      const bool index_list = t->castRaw<c10::ListType>()->getElementType()->kind() == c10::TypeKind::OptionalType;
+      see(v.toTensor(), false, ai.write);
+    } else if (ai.tensor_list) {
       for (const c10::IValue& e : v.toListRef())
-        if (e.isTensor()) see(e.toTensor(), index_list, is_write(sargs[i]));
+        if (e.isTensor()) see(e.toTensor(), ai.index_list, ai.write);
     } else if (v.isDevice() && v.toDevice().type() == kTpu && device_arg < 0) {
       device_arg = v.toDevice().has_index() ? v.toDevice().index() : current_device();
     }
@@ -128,10 +191,8 @@ int op_device(const Call& c) {
 // A Tensor[] / Tensor?[] argument: index tensors may live on the cpu (uploaded,
 // as PyTorch does for CUDA) and a bool mask in x[mask] becomes the index
 // tensors of its nonzero positions, like PyTorch's expandTensors (one sync).
-tpu_arg_t marshal_tensor_list(const Call& c, const c10::TypePtr& t, const c10::IValue& v, int device,
-                              ArgStore& store) {
-  const c10::TypePtr et = t->castRaw<c10::ListType>()->getElementType();
-  const bool optional_elems = et->kind() == c10::TypeKind::OptionalType;
+tpu_arg_t marshal_tensor_list(const Call& c, const ArgInfo& ai, const c10::IValue& v, int device, ArgStore& store) {
+  const bool optional_elems = ai.index_list;
   std::vector<at::Tensor> items;
   for (const c10::IValue& e : v.toListRef()) items.push_back(e.isTensor() ? e.toTensor() : at::Tensor());
   if (c.name == "index" && optional_elems) {
@@ -161,21 +222,21 @@ tpu_arg_t marshal_tensor_list(const Call& c, const c10::TypePtr& t, const c10::I
 
 // tpu_arg_t's in schema order, out= arguments removed; *list_elems counts the
 // tensor- and int-list elements (they bound list-valued results).
-std::vector<tpu_arg_t> marshal_args(const Call& c, int device, ArgStore& store, int* list_elems) {
-  const auto& sargs = c.schema.arguments();
-  std::vector<tpu_arg_t> args;
-  args.reserve(c.nargs());
+using ArgList = c10::SmallVector<tpu_arg_t, 6>;
+
+ArgList marshal_args(const Call& c, int device, ArgStore& store, int* list_elems) {
+  const auto& sargs = c.info.args;
+  ArgList args;
   for (size_t i = 0; i < c.nargs(); ++i) {
-    const c10::Argument& a = sargs[i];
-    if (is_write(a) && a.kwarg_only()) continue;  // out= argument
+    const ArgInfo& ai = sargs[i];
+    if (ai.out) continue;  // out= argument
     const c10::IValue& v = c.arg(i);
-    const c10::TypePtr t = unwrap_optional(a.real_type());
     tpu_arg_t arg;
     std::memset(&arg, 0, sizeof(arg));
     arg.kind = TPU_ARG_NONE;
-    if (v.isNone() || marshal_static(a, t, v, store, c.full, &arg, list_elems)) {
+    if (v.isNone() || marshal_static(c.schema_arg(i), ai.type, v, store, c.full, &arg, list_elems)) {
       args.push_back(arg);
-    } else if (t->kind() == c10::TypeKind::TensorType) {
+    } else if (ai.type->kind() == c10::TypeKind::TensorType) {
       const at::Tensor& ten = v.toTensor();
       if (ten.defined() && ten.device().type() == kTpu) {
         arg.kind = TPU_ARG_TENSOR;
@@ -186,14 +247,14 @@ std::vector<tpu_arg_t> marshal_args(const Call& c, int device, ArgStore& store, 
       }
       args.push_back(arg);
     } else {
-      args.push_back(marshal_tensor_list(c, t, v, device, store));
+      args.push_back(marshal_tensor_list(c, ai, v, device, store));
       *list_elems += args.back().u.list.n;
     }
   }
   // Factories reached through out= take their dtype from the out tensor.
-  if (tpu_op_wants_out_dtype(c.name.c_str())) {
+  if (c.info.wants_out_dtype) {
     for (size_t i = 0; i < c.nargs(); ++i) {
-      if (!(is_write(sargs[i]) && sargs[i].kwarg_only()) || !c.arg(i).isTensor()) continue;
+      if (!sargs[i].out || !c.arg(i).isTensor()) continue;
       tpu_arg_t arg;
       std::memset(&arg, 0, sizeof(arg));
       arg.kind = TPU_ARG_DTYPE;
@@ -206,25 +267,24 @@ std::vector<tpu_arg_t> marshal_args(const Call& c, int device, ArgStore& store, 
 
 // Tensors written by the op (in-place self, out=, mutated buffers).
 int count_writes(const Call& c, const std::vector<bool>* skip) {
-  const auto& sargs = c.schema.arguments();
   int n = 0;
   for (size_t i = 0; i < c.nargs(); ++i) {
-    if (!is_write(sargs[i]) || (skip && (*skip)[i]) || c.arg(i).isNone()) continue;
+    if (!c.info.args[i].write || (skip && (*skip)[i]) || c.arg(i).isNone()) continue;
     n += c.arg(i).isTensorList() ? static_cast<int>(c.arg(i).toListRef().size()) : 1;
   }
   return n;
 }
 
 // Which argument each return aliases (matched by alias set: Tensor(a!) ...), -1 for none.
-std::vector<int> return_aliases(const Call& c, std::vector<bool>* arg_returned) {
-  const auto& sargs = c.schema.arguments();
-  const auto& rets = c.schema.returns();
+std::vector<int> return_aliases(const c10::FunctionSchema& schema, std::vector<bool>* arg_returned) {
+  const auto& sargs = schema.arguments();
+  const auto& rets = schema.returns();
   std::vector<int> ret_alias(rets.size(), -1);
-  arg_returned->assign(c.nargs(), false);
+  arg_returned->assign(sargs.size(), false);
   for (size_t j = 0; j < rets.size(); ++j) {
     const c10::AliasInfo* ra = rets[j].alias_info();
     if (ra == nullptr || !ra->isWrite()) continue;
-    for (size_t i = 0; i < c.nargs(); ++i) {
+    for (size_t i = 0; i < sargs.size(); ++i) {
       const c10::AliasInfo* aa = sargs[i].alias_info();
       if (aa != nullptr && aa->isWrite() && !(*arg_returned)[i] && aa->beforeSets() == ra->beforeSets()) {
         ret_alias[j] = static_cast<int>(i);
@@ -238,15 +298,13 @@ std::vector<int> return_aliases(const Call& c, std::vector<bool>* arg_returned) 
 
 // Replaces the arguments on the stack with the op's returns.
 void push_results(const Call& c, Results& rs) {
-  const auto& sargs = c.schema.arguments();
-  const auto& rets = c.schema.returns();
-  std::vector<bool> arg_returned;
-  const std::vector<int> ret_alias = return_aliases(c, &arg_returned);
+  const std::vector<bool>& arg_returned = c.info.arg_returned;
+  const std::vector<int>& ret_alias = c.info.ret_alias;
   const int extra_writes = count_writes(c, &arg_returned);
   int ri = 0;
   auto write_arg = [&](size_t i) {
     const c10::IValue& v = c.arg(i);
-    const bool is_out = sargs[i].kwarg_only();
+    const bool is_out = c.info.args[i].out;
     if (v.isTensorList()) {
       for (const c10::IValue& e : v.toListRef()) write_result(rs, ri++, e.toTensor(), is_out, c.full);
     } else if (v.isTensor()) {
@@ -254,9 +312,9 @@ void push_results(const Call& c, Results& rs) {
     }
   };
   std::vector<c10::IValue> outs;
-  outs.reserve(rets.size());
-  for (size_t j = 0; j < rets.size(); ++j) {
-    const c10::TypePtr rt = unwrap_optional(rets[j].real_type());
+  outs.reserve(ret_alias.size());
+  for (size_t j = 0; j < ret_alias.size(); ++j) {
+    const c10::TypePtr& rt = c.info.ret_types[j];
     if (ret_alias[j] >= 0) {
       write_arg(static_cast<size_t>(ret_alias[j]));
       outs.push_back(c.arg(static_cast<size_t>(ret_alias[j])));
@@ -275,7 +333,7 @@ void push_results(const Call& c, Results& rs) {
   }
   // Mutated arguments that the schema does not return (e.g. running_mean).
   for (size_t i = 0; i < c.nargs(); ++i)
-    if (is_write(sargs[i]) && !arg_returned[i]) write_arg(i);
+    if (c.info.args[i].write && !arg_returned[i]) write_arg(i);
   torch::jit::drop(*c.stack, c.nargs());
   for (auto& o : outs) torch::jit::push(*c.stack, std::move(o));
 }
@@ -283,21 +341,23 @@ void push_results(const Call& c, Results& rs) {
 void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = op.schema();
   TORCH_INTERNAL_ASSERT(stack->size() >= schema.arguments().size());
-  const std::string& overload = schema.overload_name();
-  Call c{schema, stack, stack->size() - schema.arguments().size(),
-         schema.name() + (overload.empty() ? "" : "." + overload), aten_base_name(schema.name())};
-  if (cpu_fallback_enabled() && !tpu_op_supported(c.name.c_str())) {
+  const OpInfo& info = op_info(schema);
+  Call c{info, schema, stack, stack->size() - schema.arguments().size(), info.full, info.name};
+  const std::string& overload = info.overload;
+  if (cpu_fallback_enabled() && !info.supported) {
     run_cpu_fallback(op, stack, c.full);
     return;
   }
   const int device = op_device(c);
   ArgStore store;
   int list_elems = 0;
-  std::vector<tpu_arg_t> args = marshal_args(c, device, store, &list_elems);
+  ArgList args = marshal_args(c, device, store, &list_elems);
   // An upper bound on the results, sized by this call's arguments (no fixed cap):
   // one per return and per written tensor, and list-valued returns are at most as
   // long as the lists the op was given (split_with_sizes, _foreach_*), plus slack.
-  const int cap = static_cast<int>(schema.returns().size()) + count_writes(c, nullptr) + list_elems + 16;
+  // A lowering returning more fails cleanly in tpu_op_run.
+  const int cap = static_cast<int>(schema.returns().size()) + count_writes(c, nullptr) +
+                  (info.list_return ? list_elems + 16 : 0);
   Results rs(cap);
   tpu_status_t* st = tpu_op_run(c.name.c_str(), overload.c_str(), device, args.data(), static_cast<int>(args.size()),
                                 cap, rs.r.data(), &rs.n);
@@ -319,15 +379,23 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
 }  // namespace
 
-// Ops whose CompositeExplicitAutograd kernel would run instead of the fallback
-// (a composite kernel outranks a backend fallback). The convolution pair only
-// throws; the norms decompose into many ops or call CPU kernels directly. Each has
-// its own derivative formula, so taking the backend slot keeps autograd intact.
+// Ops whose composite kernel would run instead of the fallback (a composite
+// kernel outranks a backend fallback). Each has its own derivative formula, so
+// taking the backend slot keeps autograd intact.
+// - The convolution pair only throws; the norms decompose into many ops or call
+//   CPU kernels directly (CompositeExplicitAutograd).
+// - The hottest structured ops (CompositeExplicitAutogradNonFunctional): their
+//   generated kernel runs a TensorIterator meta function and allocates an output,
+//   then calls the out= overload, which is this fallback anyway. The lowering
+//   does the same checks (broadcasting, alpha, bool subtraction) and the result
+//   dtype comes from the same promotion, so the detour only cost time (~10% of a
+//   small op).
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   for (const char* op : {"convolution_overrideable", "convolution_backward_overrideable", "native_layer_norm",
                          "native_group_norm", "_native_batch_norm_legit_no_training",
                          "_native_batch_norm_legit_functional", "_batch_norm_with_update_functional",
-                         "_batch_norm_no_update", "binary_cross_entropy_with_logits"})
+                         "_batch_norm_no_update", "binary_cross_entropy_with_logits", "add.Tensor", "add_.Tensor",
+                         "sub.Tensor", "sub_.Tensor", "mul.Tensor", "mul_.Tensor", "div.Tensor", "div_.Tensor"})
     m.impl(op, torch::CppFunction::makeFromBoxedFunction<&tpu_fallback>());
 }
 

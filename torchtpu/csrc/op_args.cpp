@@ -45,10 +45,18 @@ tpu_scalar_t scalar_from_cpu_tensor(const at::Tensor& t, const std::string& full
   v.dtype = tpu_dtype_of(t.scalar_type());
   v.wrapped = t.unsafeGetTensorImpl()->is_wrapped_number();
   TORCH_CHECK(!t.is_complex(), "tpu: ", full, ": complex scalars are not supported");
-  if (t.is_floating_point()) {
-    v.f = t.item<double>();
-  } else {
-    v.i = t.item<int64_t>();
+  // Read in place: item() is a dispatched op, and a Python number reaches here
+  // as a wrapped cpu tensor on every `x + 0.5`.
+  switch (t.scalar_type()) {
+    case c10::ScalarType::Double: v.f = *t.const_data_ptr<double>(); break;
+    case c10::ScalarType::Long: v.i = *t.const_data_ptr<int64_t>(); break;
+    case c10::ScalarType::Bool: v.i = *t.const_data_ptr<bool>() ? 1 : 0; break;
+    default:
+      if (t.is_floating_point()) {
+        v.f = t.item<double>();
+      } else {
+        v.i = t.item<int64_t>();
+      }
   }
   return v;
 }

@@ -3,8 +3,9 @@
 #pragma once
 #include <ATen/core/function_schema.h>
 #include <ATen/core/ivalue.h>
+#include <c10/util/SmallVector.h>
 
-#include <deque>
+#include <list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,12 +17,12 @@ namespace torchtpu {
 // Owns what the tpu_arg_t's of one call point into (lists, strings, tensors
 // created on the way); it must outlive the call.
 struct ArgStore {
-  std::deque<std::vector<int64_t>> ints;
-  std::deque<std::vector<double>> floats;
-  std::deque<std::unique_ptr<bool[]>> bools;
-  std::deque<std::vector<tpu_tensor_t>> tensors;
-  std::deque<std::vector<int32_t>> values;
-  std::deque<std::string> strings;
+  std::list<std::vector<int64_t>> ints;  // lists, not deques: a deque allocates when built, and most calls use none
+  std::list<std::vector<double>> floats;
+  std::list<std::unique_ptr<bool[]>> bools;
+  std::list<std::vector<tpu_tensor_t>> tensors;
+  std::list<std::vector<int32_t>> values;
+  std::list<std::string> strings;
   std::vector<at::Tensor> keep_alive;
 };
 
@@ -44,9 +45,10 @@ bool marshal_static(const c10::Argument& a, const c10::TypePtr& t, const c10::IV
                     const std::string& full, tpu_arg_t* out, int* list_elems);
 
 // Result storages of one call; those not adopted by a tensor are released.
+// Inline room for the common case: a heap block per op showed in profiles.
 struct Results {
-  std::vector<tpu_result_t> r;
-  std::vector<bool> adopted;
+  c10::SmallVector<tpu_result_t, 4> r;
+  c10::SmallVector<bool, 4> adopted;
   int n = 0;
   explicit Results(int cap);
   ~Results();

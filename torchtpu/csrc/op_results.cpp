@@ -9,7 +9,7 @@
 
 namespace torchtpu {
 
-Results::Results(int cap) : r(cap), adopted(cap, false) { std::memset(r.data(), 0, sizeof(tpu_result_t) * cap); }
+Results::Results(int cap) : r(cap), adopted(cap, false) {}
 Results::~Results() {
   for (int i = 0; i < n; ++i)
     if (!adopted[i]) tpu_storage_release(r[i].storage);
