@@ -24,6 +24,7 @@ import os
 import torch
 
 __all__ = [
+    "__version__",
     "cache_clear",
     "cache_dir",
     "eager_mode",
@@ -53,21 +54,22 @@ def _package_file(package: str, filename: str) -> str | None:
     return None
 
 
-def _choose_plugin() -> str:
+def _choose_plugin() -> tuple[str, str]:
+    """The PJRT plugin to load and why it was chosen."""
     path = os.environ.get("TORCHTPU_PJRT_PLUGIN")
     if path:
-        return path
+        return path, "TORCHTPU_PJRT_PLUGIN is set"
     path = _package_file("libtpu", "libtpu.so")
     if path:
-        return path
+        return path, "the libtpu package is installed"
     if os.path.exists("/dev/nvidia0"):
         for pkg in ("jax_plugins.xla_cuda13", "jax_plugins.xla_cuda12"):
             path = _package_file(pkg, "xla_cuda_plugin.so")
             if path:
-                return path
+                return path, f"a GPU is visible (/dev/nvidia0) and {pkg} is installed"
     path = _package_file("xla_plugins.xla_cpu_pjrt", "xla_cpu_pjrt.so")
     if path:
-        return path
+        return path, "the default: no TPU or GPU plugin applies, xla-cpu-pjrt is installed"
     raise RuntimeError(
         "torchtpu: no PJRT plugin found. Set TORCHTPU_PJRT_PLUGIN to a plugin .so, "
         "or install libtpu, the XLA CUDA plugin, or xla-cpu-pjrt."
@@ -78,10 +80,17 @@ torch.utils.rename_privateuse1_backend("tpu")
 
 from . import _C  # noqa: E402  (registers allocator, guard, hooks, kernels)
 
-plugin_path = _choose_plugin()
+__version__ = _C.version()
+plugin_path, plugin_reason = _choose_plugin()
 # XLA's INFO lines ("cpu_device_count set via create_options") are noise for users.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
-_C.init(plugin_path, int(os.environ.get("TORCHTPU_CPU_DEVICES", "1") or "1"))
+try:
+    _C.init(plugin_path, int(os.environ.get("TORCHTPU_CPU_DEVICES", "1") or "1"))
+except RuntimeError as e:
+    raise RuntimeError(
+        f"{e}\ntorchtpu chose {plugin_path} because {plugin_reason}. Point TORCHTPU_PJRT_PLUGIN at a "
+        "working PJRT plugin .so, or unset it to use the default; `python -m torchtpu` reports the setup."
+    ) from e
 
 from . import device_module  # noqa: E402
 

@@ -223,3 +223,11 @@ def get_autocast_dtype() -> torch.dtype:
 
 def set_autocast_dtype(dtype: torch.dtype) -> None:
     torch.set_autocast_dtype("tpu", dtype)
+
+
+# ---- memory (torchtpu/memory.py; it uses _index above) ----
+
+from . import memory  # noqa: E402
+from .memory import *  # noqa: E402,F401,F403  (torch.tpu.memory_allocated ...)
+
+__all__ += memory.__all__

@@ -102,6 +102,7 @@ tpu_status_t* tpu_buffer_wrap(PJRT_Buffer* pjrt, int device, const tpu_aval_t* a
   }
   tpu_metric_add(TPU_METRIC_LIVE_BUFFERS, 1);
   tpu_metric_add(TPU_METRIC_LIVE_BYTES, (int64_t)nbytes);
+  tpu_memory_note_alloc(device, nbytes);
   *out_buffer = buf;
   return NULL;
 }
@@ -235,6 +236,7 @@ void tpu_buffer_release(tpu_buffer_t* buf) {
   pjrt_buffer_destroy(api_or_null(), buf->pjrt);
   tpu_metric_add(TPU_METRIC_LIVE_BUFFERS, -1);
   tpu_metric_add(TPU_METRIC_LIVE_BYTES, -(int64_t)buf->nbytes);
+  tpu_memory_note_free(buf->device, buf->nbytes);
   free(buf);
 }
 

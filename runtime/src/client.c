@@ -9,7 +9,6 @@
 #include "device.h"
 #include "pjrt/pjrt.h"
 
-#define TPU_MAX_DEVICES 256
 /* Enough to keep every executing op's output in view without making each
  * submission scan a long list; beyond it the submitter waits for the oldest,
  * which bounds how far the host runs ahead of the device. */
@@ -227,12 +226,9 @@ static void note_error_locked(tpu_status_t* status) {
   }
 }
 
-void tpu_runtime_track_inflight(tpu_buffer_t* buf) {
-  if (!buf) return;
-  tpu_buffer_t* oldest = NULL;
-  pthread_mutex_lock(&g_inflight_mu);
-  /* Drop finished entries from the front: work completes roughly in order, so
-   * the scan stops at the first busy one and stays O(1) amortised. */
+/* Drops finished entries from the front: work completes roughly in order, so
+ * the scan stops at the first busy one and stays O(1) amortised. */
+static void retire_locked(void) {
   while (g_inflight_len > 0) {
     tpu_buffer_t* head = g_inflight[g_inflight_head];
     bool ready = false;
@@ -242,6 +238,19 @@ void tpu_runtime_track_inflight(tpu_buffer_t* buf) {
     g_inflight_head = (g_inflight_head + 1) % TPU_INFLIGHT_CAP;
     g_inflight_len--;
   }
+}
+
+void tpu_runtime_retire_inflight(void) {
+  pthread_mutex_lock(&g_inflight_mu);
+  retire_locked();
+  pthread_mutex_unlock(&g_inflight_mu);
+}
+
+void tpu_runtime_track_inflight(tpu_buffer_t* buf) {
+  if (!buf) return;
+  tpu_buffer_t* oldest = NULL;
+  pthread_mutex_lock(&g_inflight_mu);
+  retire_locked();
   if (g_inflight_len == TPU_INFLIGHT_CAP) {
     oldest = g_inflight[g_inflight_head];
     g_inflight_head = (g_inflight_head + 1) % TPU_INFLIGHT_CAP;

@@ -10,8 +10,12 @@
 #include <stddef.h>
 
 #include "torchtpu/builder.h"
+#include "torchtpu/memory.h"
 #include "torchtpu/runtime.h"
 #include "torchtpu/status.h"
+
+/* Addressable devices one process uses (the client keeps the first ones). */
+#define TPU_MAX_DEVICES 256
 
 typedef struct tpu_buffer tpu_buffer_t;
 typedef struct tpu_executable tpu_executable_t;
@@ -43,4 +47,14 @@ tpu_status_t* tpu_executable_execute(tpu_executable_t* exe, int device, int narg
 /* Records a buffer whose work is in flight so tpu_runtime_synchronize can wait
  * for it (implemented in the client; bounded list, oldest dropped once ready). */
 void tpu_runtime_track_inflight(tpu_buffer_t* buf); /* retains `buf` */
+/* Drops in-flight entries whose work has finished (no wait). */
+void tpu_runtime_retire_inflight(void);
+
+/* Device memory accounting (memory.c): a buffer of `nbytes` came or went. */
+void tpu_memory_note_alloc(int device, size_t nbytes);
+void tpu_memory_note_free(int device, size_t nbytes);
+/* Reads or resets (the peaks, or the allocated/freed totals) one device's
+ * counters; `device` must be in range. */
+void tpu_memory_counters_read(int device, tpu_memory_stats_t* out_stats);
+void tpu_memory_counters_reset(int device, bool peak);
 #endif

@@ -2,6 +2,7 @@
 // generator, PrivateUse1 hooks, and the torchtpu._C Python module.
 #include <ATen/core/GeneratorForPrivateuseone.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
 #include <c10/core/GeneratorImpl.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -20,6 +21,7 @@
 #include <sstream>
 
 #include "common.h"
+#include "torchtpu/memory.h"
 
 namespace torchtpu {
 
@@ -80,7 +82,27 @@ namespace {
 
 void release_storage(void* ctx) { tpu_storage_release(static_cast<tpu_storage_t*>(ctx)); }
 
-struct TpuAllocator final : public c10::Allocator {
+// A DeviceAllocator, so torch.accelerator's memory functions (and torch.tpu's
+// over them) read the runtime's per-device accounting (torchtpu/memory.h).
+struct TpuAllocator final : public c10::DeviceAllocator {
+  bool initialized() override { return tpu_runtime_initialized(); }
+  void emptyCache(c10::MempoolId_t) override { tpu_memory_empty_cache(); }
+  // Device buffers are immutable and reference-counted: a buffer another
+  // stream still reads is never reused, so there is nothing to record.
+  void recordStream(const c10::DataPtr&, c10::Stream) override {}
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override;
+  void resetAccumulatedStats(c10::DeviceIndex device) override {
+    check_status(tpu_memory_reset_accumulated(device), "tpu: resetting memory statistics");
+  }
+  void resetPeakStats(c10::DeviceIndex device) override {
+    check_status(tpu_memory_reset_peak(device), "tpu: resetting peak memory statistics");
+  }
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
+    int64_t free_bytes = 0, total = 0;
+    check_status(tpu_memory_info(device, &free_bytes, &total), "tpu: reading device memory");
+    return {static_cast<size_t>(free_bytes), static_cast<size_t>(total)};
+  }
+
   c10::DataPtr allocate(size_t nbytes) override {
     TORCH_CHECK(tpu_runtime_initialized(),
                 "tpu: the runtime is not initialised (import torchtpu first)");
@@ -96,6 +118,35 @@ struct TpuAllocator final : public c10::Allocator {
                        "use tensor.copy_()");
   }
 };
+
+static_assert(TPU_MEMORY_POOL_ALL == static_cast<int>(c10::CachingDeviceAllocator::StatType::AGGREGATE) &&
+                  TPU_MEMORY_POOL_SMALL == static_cast<int>(c10::CachingDeviceAllocator::StatType::SMALL_POOL) &&
+                  TPU_MEMORY_POOL_LARGE == static_cast<int>(c10::CachingDeviceAllocator::StatType::LARGE_POOL),
+              "memory pools index PyTorch's StatArray");
+
+c10::CachingDeviceAllocator::DeviceStats TpuAllocator::getDeviceStats(c10::DeviceIndex device) {
+  tpu_memory_stats_t s;
+  std::memset(&s, 0, sizeof s);
+  s.struct_size = sizeof s;
+  check_status(tpu_memory_stats(device, &s), "tpu: reading memory statistics");
+  c10::CachingDeviceAllocator::DeviceStats out;
+  for (int p = 0; p < TPU_MEMORY_POOL_COUNT; ++p) {
+    auto stat = [](const tpu_memory_stat_t& m) {
+      c10::CachingDeviceAllocator::Stat st;
+      st.current = m.current;
+      st.peak = m.peak;
+      st.allocated = m.allocated;
+      st.freed = m.freed;
+      return st;
+    };
+    // Each buffer is its own allocation and segment, fully used: no pool, no
+    // split blocks, nothing reserved beyond what is allocated.
+    out.allocation[p] = out.segment[p] = out.active[p] = stat(s.buffers[p]);
+    out.allocated_bytes[p] = out.reserved_bytes[p] = out.active_bytes[p] = out.requested_bytes[p] =
+        stat(s.bytes[p]);
+  }
+  return out;
+}
 
 TpuAllocator g_allocator;
 
@@ -416,6 +467,7 @@ PYBIND11_MODULE(_C, m) {
         check(tpu_runtime_init(plugin_path.c_str(), cpu_devices), "tpu: runtime init");
       },
       py::arg("plugin_path"), py::arg("cpu_devices") = 1);
+  m.def("version", []() { return std::string(TORCHTPU_VERSION); });
   m.def("is_initialized", []() { return tpu_runtime_initialized(); });
   m.def("device_count", []() { return device_count(); });
   m.def("platform_name", []() {

@@ -1,0 +1,80 @@
+/* Device memory statistics and controls (torchtpu/memory.h) over the counters
+ * of memcount.c. */
+#include "torchtpu/memory.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "device.h"
+#include "exec.h"
+
+static tpu_status_t* check_device(int device) {
+  if (device < 0 || device >= tpu_runtime_device_count()) {
+    return TPU_STATUS(TPU_INVALID_ARGUMENT, "tpu:%d is not a device (device count %d)", device,
+                      tpu_runtime_device_count());
+  }
+  return NULL;
+}
+
+tpu_status_t* tpu_memory_stats(int device, tpu_memory_stats_t* out_stats) {
+  if (!out_stats) return TPU_STATUS(TPU_INVALID_ARGUMENT, "out_stats is NULL");
+  if (out_stats->struct_size < sizeof(tpu_memory_stats_t)) {
+    return TPU_STATUS(TPU_INVALID_ARGUMENT, "tpu_memory_stats_t of %zu bytes, need %zu",
+                      out_stats->struct_size, sizeof(tpu_memory_stats_t));
+  }
+  TPU_RETURN_IF_ERROR(check_device(device));
+  tpu_runtime_retire_inflight();
+  tpu_memory_counters_read(device, out_stats);
+  return NULL;
+}
+
+tpu_status_t* tpu_memory_reset_peak(int device) {
+  TPU_RETURN_IF_ERROR(check_device(device));
+  tpu_runtime_retire_inflight();
+  tpu_memory_counters_reset(device, true);
+  return NULL;
+}
+
+tpu_status_t* tpu_memory_reset_accumulated(int device) {
+  TPU_RETURN_IF_ERROR(check_device(device));
+  tpu_memory_counters_reset(device, false);
+  return NULL;
+}
+
+void tpu_memory_empty_cache(void) {
+  tpu_runtime_retire_inflight();
+  tpu_scalar_cache_clear();
+}
+
+/* "MemTotal:  16315508 kB" → bytes; -1 when the line is missing. */
+static int64_t meminfo_bytes(const char* text, const char* key) {
+  const char* p = strstr(text, key);
+  long long kb = -1;
+  if (!p || sscanf(p + strlen(key), " %lld kB", &kb) != 1) return -1;
+  return (int64_t)kb * 1024;
+}
+
+tpu_status_t* tpu_memory_info(int device, int64_t* out_free, int64_t* out_total) {
+  if (!out_free || !out_total) return TPU_STATUS(TPU_INVALID_ARGUMENT, "output is NULL");
+  *out_free = *out_total = -1;
+  TPU_RETURN_IF_ERROR(check_device(device));
+  const char* platform = tpu_runtime_platform_name();
+  if (strcmp(platform, "cpu") != 0) {
+    return TPU_STATUS(TPU_UNIMPLEMENTED,
+                      "the %s plugin's free/total device memory is not read yet (only the "
+                      "CPU plugin's, which is host memory)",
+                      platform);
+  }
+  FILE* f = fopen("/proc/meminfo", "r");
+  if (!f) return TPU_STATUS(TPU_UNAVAILABLE, "cannot read /proc/meminfo for the host's memory");
+  char text[4096];
+  size_t n = fread(text, 1, sizeof text - 1, f);
+  fclose(f);
+  text[n] = '\0';
+  int64_t total = meminfo_bytes(text, "MemTotal:");
+  int64_t avail = meminfo_bytes(text, "MemAvailable:");
+  if (total < 0 || avail < 0) return TPU_STATUS(TPU_UNAVAILABLE, "/proc/meminfo has no MemTotal/MemAvailable");
+  *out_free = avail;
+  *out_total = total;
+  return NULL;
+}
