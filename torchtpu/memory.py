@@ -88,7 +88,6 @@ def _fmt_bytes(n: int) -> str:
         n /= 1024
         if abs(n) < 1024 or unit == "GiB":
             return f"{n:.1f} {unit}"
-    return ""
 
 
 def memory_summary(device: Any = None, abbreviated: bool = False) -> str:

@@ -100,8 +100,6 @@ tpu_status_t* tpu_buffer_wrap(PJRT_Buffer* pjrt, int device, const tpu_aval_t* a
     memcpy(buf->producer, producer, len);
     buf->producer[len] = '\0';
   }
-  tpu_metric_add(TPU_METRIC_LIVE_BUFFERS, 1);
-  tpu_metric_add(TPU_METRIC_LIVE_BYTES, (int64_t)nbytes);
   tpu_memory_note_alloc(device, nbytes);
   *out_buffer = buf;
   return NULL;
@@ -234,8 +232,6 @@ void tpu_buffer_release(tpu_buffer_t* buf) {
   if (atomic_fetch_sub_explicit(&buf->refs, 1, memory_order_acq_rel) != 1) return;
   /* After a shutdown the client (and its buffers) are gone; only free ours. */
   pjrt_buffer_destroy(api_or_null(), buf->pjrt);
-  tpu_metric_add(TPU_METRIC_LIVE_BUFFERS, -1);
-  tpu_metric_add(TPU_METRIC_LIVE_BYTES, -(int64_t)buf->nbytes);
   tpu_memory_note_free(buf->device, buf->nbytes);
   free(buf);
 }

@@ -57,4 +57,6 @@ void tpu_memory_note_free(int device, size_t nbytes);
  * counters; `device` must be in range. */
 void tpu_memory_counters_read(int device, tpu_memory_stats_t* out_stats);
 void tpu_memory_counters_reset(int device, bool peak);
+/* Live buffers (or their bytes) on all devices: the live_* metrics. */
+int64_t tpu_memory_live_total(bool bytes);
 #endif

@@ -45,6 +45,15 @@ static void note(int device, size_t nbytes, int sign) {
 void tpu_memory_note_alloc(int device, size_t nbytes) { note(device, nbytes, 1); }
 void tpu_memory_note_free(int device, size_t nbytes) { note(device, nbytes, -1); }
 
+int64_t tpu_memory_live_total(bool bytes) {
+  int64_t total = 0;
+  for (int i = 0; i < TPU_MAX_DEVICES; ++i) {
+    counter_t* c = bytes ? &g_devices[i].bytes[TPU_MEMORY_POOL_ALL] : &g_devices[i].buffers[TPU_MEMORY_POOL_ALL];
+    total += atomic_load_explicit(&c->current, memory_order_relaxed);
+  }
+  return total;
+}
+
 static tpu_memory_stat_t read_counter(counter_t* c) {
   tpu_memory_stat_t s;
   s.current = atomic_load_explicit(&c->current, memory_order_relaxed);

@@ -2,6 +2,7 @@
 #include <assert.h>
 #include <stdatomic.h>
 
+#include "device.h"
 #include "torchtpu/runtime.h"
 
 static const char* const kNames[] = {
@@ -38,14 +39,13 @@ static _Atomic int64_t g_metrics[TPU_METRIC_COUNT];
 
 static int valid(tpu_metric_t m) { return (int)m >= 0 && m < TPU_METRIC_COUNT; }
 
-/* Gauges describe the present, so a reset must not touch them. */
-static int is_gauge(tpu_metric_t m) {
-  return m == TPU_METRIC_LIVE_BUFFERS || m == TPU_METRIC_LIVE_BYTES;
-}
-
 const char* tpu_metric_name(tpu_metric_t m) { return valid(m) ? kNames[m] : "unknown"; }
 
+/* The live_* gauges are read from the memory counters (memcount.c) that every
+ * buffer already updates, not kept a second time; a reset leaves them alone. */
 int64_t tpu_metric_get(tpu_metric_t m) {
+  if (m == TPU_METRIC_LIVE_BUFFERS) return tpu_memory_live_total(false);
+  if (m == TPU_METRIC_LIVE_BYTES) return tpu_memory_live_total(true);
   return valid(m) ? atomic_load_explicit(&g_metrics[m], memory_order_relaxed) : 0;
 }
 
@@ -54,7 +54,5 @@ void tpu_metric_add(tpu_metric_t m, int64_t delta) {
 }
 
 void tpu_metrics_reset(void) {
-  for (int m = 0; m < TPU_METRIC_COUNT; m++) {
-    if (!is_gauge((tpu_metric_t)m)) atomic_store_explicit(&g_metrics[m], 0, memory_order_relaxed);
-  }
+  for (int m = 0; m < TPU_METRIC_COUNT; m++) atomic_store_explicit(&g_metrics[m], 0, memory_order_relaxed);
 }
