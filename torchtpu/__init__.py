@@ -21,6 +21,16 @@ import contextlib
 import importlib.util
 import os
 
+
+def _autoload() -> None:
+    """The ``torch.backends`` entry point (pyproject.toml), which ``import torch`` calls
+    at the end of its own import; TORCH_DEVICE_BACKEND_AUTOLOAD=0 turns that off
+    (docs/install.md). There is nothing to do: importing torchtpu to reach this function
+    registers "tpu". It is defined before ``import torch`` because when torchtpu is
+    imported first, that import runs the entry point on this half-imported module,
+    whose import then finishes the registration."""
+
+
 import torch
 
 __all__ = [
@@ -196,3 +206,8 @@ def cache_clear() -> None:
 def synchronize() -> None:
     """Waits for all issued tpu work; raises the first asynchronous error."""
     _C.synchronize()
+
+
+from . import profiler  # noqa: E402
+from .profiler import profile  # noqa: E402,F401  (torchtpu.profile("trace.json"))
+from . import distributed as _distributed  # noqa: E402,F401  (the "tpu" c10d backend)

@@ -20,6 +20,7 @@ __all__ = [
     "device_count",
     "get_amp_supported_dtype",
     "get_autocast_dtype",
+    "get_device_capability",
     "get_device_name",
     "get_device_properties",
     "get_rng_state",
@@ -133,10 +134,24 @@ class _DeviceProperties:
         self.platform_version = _C.platform_version()
         self.device_kind = _C.device_kind(idx)
         self.pjrt_api_version = _C.api_version()
+        # As torch.cuda's: the device's memory in bytes (host memory on the CPU plugin).
+        self.total_memory = torch.accelerator.get_memory_info(torch.device("tpu", idx))[1]
 
     def __repr__(self) -> str:
         return (f"_TpuDeviceProperties(name={self.name!r}, index={self.index}, "
-                f"platform={self.platform!r}, device_kind={self.device_kind!r})")
+                f"platform={self.platform!r}, device_kind={self.device_kind!r}, "
+                f"total_memory={self.total_memory // (1024 * 1024)}MB)")
+
+
+def get_device_capability(device: Any = None) -> dict:
+    """What the device supports, as ``torch.accelerator.get_device_capability`` reports it
+    (``supported_dtypes``) plus the PJRT platform, device kind and API version. A tpu
+    has no CUDA-style (major, minor) compute capability."""
+    idx = _index(device)
+    cap = dict(torch.accelerator.get_device_capability(torch.device("tpu", idx)))
+    cap.update(platform=_C.platform_name(), device_kind=_C.device_kind(idx),
+               pjrt_api_version=_C.api_version())
+    return cap
 
 
 def get_device_properties(device: Any = None) -> _DeviceProperties:
@@ -225,9 +240,10 @@ def set_autocast_dtype(dtype: torch.dtype) -> None:
     torch.set_autocast_dtype("tpu", dtype)
 
 
-# ---- memory (torchtpu/memory.py; it uses _index above) ----
+# ---- memory (torchtpu/memory.py) and streams/events (torchtpu/streams.py); both use _index ----
 
-from . import memory  # noqa: E402
+from . import memory, streams  # noqa: E402
 from .memory import *  # noqa: E402,F401,F403  (torch.tpu.memory_allocated ...)
+from .streams import *  # noqa: E402,F401,F403  (torch.tpu.Stream, Event, current_stream ...)
 
-__all__ += memory.__all__
+__all__ += memory.__all__ + streams.__all__

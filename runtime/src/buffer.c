@@ -6,6 +6,7 @@
 
 #include "device.h"
 #include "pjrt/pjrt.h"
+#include "tracing.h"
 
 #define TPU_PRODUCER_MAX 64
 
@@ -107,8 +108,8 @@ tpu_status_t* tpu_buffer_wrap(PJRT_Buffer* pjrt, int device, const tpu_aval_t* a
 
 PJRT_Buffer* tpu_buffer_pjrt(const tpu_buffer_t* buf) { return buf ? buf->pjrt : NULL; }
 
-tpu_status_t* tpu_buffer_from_host(int device, const void* data, const tpu_aval_t* aval,
-                                   tpu_buffer_t** out_buffer) {
+static tpu_status_t* from_host(int device, const void* data, const tpu_aval_t* aval,
+                               tpu_buffer_t** out_buffer) {
   if (!out_buffer) return TPU_STATUS(TPU_INVALID_ARGUMENT, "out_buffer is NULL");
   *out_buffer = NULL;
   const PJRT_Api* api = api_or_null();
@@ -188,6 +189,48 @@ tpu_status_t* tpu_buffer_check(tpu_buffer_t* buf, bool wait, bool* out_ready) {
   return annotate(buf, status);
 }
 
+typedef struct ready_callback {
+  void (*fn)(void* user);
+  void* user;
+} ready_callback_t;
+
+static void on_ready_trampoline(PJRT_Error* error, void* user_arg) {
+  ready_callback_t cb = *(ready_callback_t*)user_arg;
+  free(user_arg);
+  /* The failure itself is reported by whoever waits for the buffer. */
+  if (error) tpu_status_free(tpu_pjrt_status(api_or_null(), error, __FILE__, __LINE__));
+  cb.fn(cb.user);
+}
+
+tpu_status_t* tpu_buffer_on_ready(tpu_buffer_t* buf, void (*fn)(void* user), void* user) {
+  if (!buf || !fn) return TPU_STATUS(TPU_INVALID_ARGUMENT, "on_ready: buffer or callback is NULL");
+  if (atomic_load_explicit(&buf->ready, memory_order_acquire)) {
+    fn(user);
+    return NULL;
+  }
+  const PJRT_Api* api = api_or_null();
+  if (!api) return not_initialized();
+  ready_callback_t* cb = malloc(sizeof *cb);
+  if (!cb) return TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "on_ready: out of host memory");
+  *cb = (ready_callback_t){fn, user};
+  TPU_PJRT_ARGS(PJRT_Buffer_ReadyEvent_Args, ev, event);
+  ev.buffer = buf->pjrt;
+  tpu_status_t* status = TPU_PJRT_CALL(api, Buffer_ReadyEvent, &ev);
+  if (status) {
+    free(cb);
+    return annotate(buf, status);
+  }
+  TPU_PJRT_ARGS(PJRT_Event_OnReady_Args, args, user_arg);
+  args.event = ev.event;
+  args.callback = on_ready_trampoline;
+  args.user_arg = cb;
+  status = TPU_PJRT_CALL(api, Event_OnReady, &args);
+  if (status) free(cb);
+  /* The callback holds on to the buffer's readiness, not to this handle. */
+  tpu_pjrt_event_destroy(api, ev.event);
+  return status;
+}
+
 tpu_status_t* tpu_buffer_await(tpu_buffer_t* buf) {
   if (!buf) return TPU_STATUS(TPU_INVALID_ARGUMENT, "buffer is NULL");
   tpu_metric_add(TPU_METRIC_SYNCS, 1);
@@ -195,7 +238,7 @@ tpu_status_t* tpu_buffer_await(tpu_buffer_t* buf) {
   return tpu_buffer_check(buf, true, &ready);
 }
 
-tpu_status_t* tpu_buffer_to_host(tpu_buffer_t* buf, void* dst, size_t nbytes) {
+static tpu_status_t* to_host(tpu_buffer_t* buf, void* dst, size_t nbytes) {
   if (!buf) return TPU_STATUS(TPU_INVALID_ARGUMENT, "buffer is NULL");
   if (nbytes != buf->nbytes) {
     return TPU_STATUS(TPU_INVALID_ARGUMENT, "to_host: destination has %zu bytes, buffer has %zu",
@@ -220,6 +263,21 @@ tpu_status_t* tpu_buffer_to_host(tpu_buffer_t* buf, void* dst, size_t nbytes) {
   tpu_metric_add(TPU_METRIC_D2H_TRANSFERS, 1);
   tpu_metric_add(TPU_METRIC_D2H_BYTES, (int64_t)nbytes);
   return NULL;
+}
+
+tpu_status_t* tpu_buffer_from_host(int device, const void* data, const tpu_aval_t* aval,
+                                   tpu_buffer_t** out_buffer) {
+  tpu_trace_range_t range = tpu_trace_begin(TPU_TRACE_H2D, NULL);
+  tpu_status_t* status = from_host(device, data, aval, out_buffer);
+  tpu_trace_end(range);
+  return status;
+}
+
+tpu_status_t* tpu_buffer_to_host(tpu_buffer_t* buf, void* dst, size_t nbytes) {
+  tpu_trace_range_t range = tpu_trace_begin(TPU_TRACE_D2H, NULL);
+  tpu_status_t* status = to_host(buf, dst, nbytes);
+  tpu_trace_end(range);
+  return status;
 }
 
 tpu_buffer_t* tpu_buffer_retain(tpu_buffer_t* buf) {

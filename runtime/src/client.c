@@ -1,5 +1,5 @@
-/* The process-wide PJRT client: init/shutdown, device info, eager mode, and the
- * list of in-flight work that tpu_runtime_synchronize waits for. */
+/* The process-wide PJRT client: init/shutdown, device info, eager mode.
+ * (In-flight work and tpu_runtime_synchronize: stream.c.) */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -8,11 +8,6 @@
 #include "check.h"
 #include "device.h"
 #include "pjrt/pjrt.h"
-
-/* Enough to keep every executing op's output in view without making each
- * submission scan a long list; beyond it the submitter waits for the oldest,
- * which bounds how far the host runs ahead of the device. */
-#define TPU_INFLIGHT_CAP 64
 
 typedef struct client_state {
   tpu_plugin_t plugin;
@@ -29,14 +24,6 @@ static client_state_t g_state;
 /* Published with release after g_state is complete, so readers need no lock. */
 static atomic_bool g_ready;
 static atomic_int g_eager_mode = TPU_EAGER_STRICT;
-
-/* In-flight outputs (retained), oldest first, as a ring. */
-static pthread_mutex_t g_inflight_mu = PTHREAD_MUTEX_INITIALIZER;
-static tpu_buffer_t* g_inflight[TPU_INFLIGHT_CAP];
-static int g_inflight_head, g_inflight_len;
-/* The first asynchronous error seen while dropping finished entries, kept for
- * the next synchronize so no failure goes unreported. */
-static tpu_status_t* g_inflight_error;
 
 static char* dup_n(const char* s, size_t n) {
   char* d = malloc(n + 1);
@@ -215,89 +202,3 @@ tpu_eager_mode_t tpu_runtime_eager_mode(void) {
   return (tpu_eager_mode_t)atomic_load(&g_eager_mode);
 }
 
-/* ---- in-flight work ---- */
-
-static void note_error_locked(tpu_status_t* status) {
-  if (!status) return;
-  if (g_inflight_error) {
-    tpu_status_free(status);
-  } else {
-    g_inflight_error = status;
-  }
-}
-
-/* Drops finished entries from the front: work completes roughly in order, so
- * the scan stops at the first busy one and stays O(1) amortised. */
-static void retire_locked(void) {
-  while (g_inflight_len > 0) {
-    tpu_buffer_t* head = g_inflight[g_inflight_head];
-    bool ready = false;
-    note_error_locked(tpu_buffer_check(head, false, &ready));
-    if (!ready) break;
-    tpu_buffer_release(head);
-    g_inflight_head = (g_inflight_head + 1) % TPU_INFLIGHT_CAP;
-    g_inflight_len--;
-  }
-}
-
-void tpu_runtime_retire_inflight(void) {
-  pthread_mutex_lock(&g_inflight_mu);
-  retire_locked();
-  pthread_mutex_unlock(&g_inflight_mu);
-}
-
-void tpu_runtime_track_inflight(tpu_buffer_t* buf) {
-  if (!buf) return;
-  tpu_buffer_t* oldest = NULL;
-  pthread_mutex_lock(&g_inflight_mu);
-  retire_locked();
-  if (g_inflight_len == TPU_INFLIGHT_CAP) {
-    oldest = g_inflight[g_inflight_head];
-    g_inflight_head = (g_inflight_head + 1) % TPU_INFLIGHT_CAP;
-    g_inflight_len--;
-  }
-  g_inflight[(g_inflight_head + g_inflight_len) % TPU_INFLIGHT_CAP] = tpu_buffer_retain(buf);
-  g_inflight_len++;
-  pthread_mutex_unlock(&g_inflight_mu);
-  if (oldest) {
-    /* Full: wait outside the lock so other threads keep submitting. */
-    bool ready = false;
-    tpu_status_t* status = tpu_buffer_check(oldest, true, &ready);
-    tpu_buffer_release(oldest);
-    if (status) {
-      pthread_mutex_lock(&g_inflight_mu);
-      note_error_locked(status);
-      pthread_mutex_unlock(&g_inflight_mu);
-    }
-  }
-}
-
-tpu_status_t* tpu_runtime_synchronize(void) {
-  tpu_metric_add(TPU_METRIC_SYNCS, 1);
-  tpu_buffer_t* pending[TPU_INFLIGHT_CAP];
-  int n = 0;
-  pthread_mutex_lock(&g_inflight_mu);
-  while (g_inflight_len > 0) {
-    pending[n++] = g_inflight[g_inflight_head];
-    g_inflight_head = (g_inflight_head + 1) % TPU_INFLIGHT_CAP;
-    g_inflight_len--;
-  }
-  g_inflight_head = 0;
-  tpu_status_t* first = g_inflight_error;
-  g_inflight_error = NULL;
-  pthread_mutex_unlock(&g_inflight_mu);
-  for (int i = 0; i < n; i++) {
-    bool ready = false;
-    tpu_status_t* status = tpu_buffer_check(pending[i], true, &ready);
-    if (status && !first) {
-      first = status;
-    } else {
-      tpu_status_free(status);
-    }
-    tpu_buffer_release(pending[i]);
-  }
-  /* Then device-side check failures (check.h); an async failure goes first and
-   * leaves them for the next sync. */
-  if (!first) first = tpu_check_sync(-1);
-  return first;
-}

@@ -27,6 +27,9 @@ tpu_status_t* tpu_buffer_from_host(int device, const void* data, const tpu_aval_
 tpu_status_t* tpu_buffer_to_host(tpu_buffer_t* buf, void* dst, size_t nbytes);
 /* Waits until ready; returns the asynchronous error, if any. */
 tpu_status_t* tpu_buffer_await(tpu_buffer_t* buf);
+/* Calls fn(user) once when the buffer's producing work has finished (failed
+ * too), at once when it already has, else on a plugin thread. */
+tpu_status_t* tpu_buffer_on_ready(tpu_buffer_t* buf, void (*fn)(void* user), void* user);
 tpu_buffer_t* tpu_buffer_retain(tpu_buffer_t* buf);
 void tpu_buffer_release(tpu_buffer_t* buf);
 const tpu_aval_t* tpu_buffer_aval(const tpu_buffer_t* buf);

@@ -11,6 +11,7 @@
 #include "cache.h"
 #include "check.h"
 #include "key.h"
+#include "tracing.h"
 
 /* ------------------------------------------------------------ the snapshot */
 
@@ -358,12 +359,15 @@ static tpu_status_t* tpu_exec_entry(const tpu_exec_req_t* r, tpu_snapshot_t* s, 
   if (!st) *out_entry = tpu_cache_lookup(k.data, k.len, hash);
   if (!st && *out_entry) {
     tpu_metric_add(TPU_METRIC_CACHE_HITS, 1);
+    tpu_trace_mark(TPU_TRACE_CACHE_HIT, r->name);
   } else if (!st) {
     tpu_metric_add(TPU_METRIC_CACHE_MISSES, 1);
+    tpu_trace_range_t range = tpu_trace_begin(TPU_TRACE_CACHE_MISS, r->name);
     tpu_compiled_t c;
     st = tpu_exec_lower(r->name, r->overload, r->fn, r->program ? r->program->program : NULL, r->args, r->nargs,
                         r->max_outs, s, hash, &c);
     if (!st) st = tpu_cache_insert(k.data, k.len, hash, &c, out_entry);
+    tpu_trace_end(range);
   }
   tpu_key_free(&k);
   return st;

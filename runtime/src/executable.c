@@ -6,6 +6,7 @@
 
 #include "device.h"
 #include "diskcache.h"
+#include "tracing.h"
 #include "pjrt/pjrt.h"
 
 struct tpu_executable {
@@ -120,8 +121,13 @@ static tpu_status_t* load_or_compile(const PJRT_Api* api, const char* mlir, size
   const char* options = compile_options(&options_len, &override);
   if (disk) {
     tpu_disk_cache_key(mlir, len, options, options_len, &key);
+    tpu_trace_range_t lookup = tpu_trace_begin(TPU_TRACE_DISK_LOOKUP, NULL);
     *out_loaded = tpu_disk_cache_load(api, &key);
-    if (*out_loaded) return NULL;
+    tpu_trace_end(lookup);
+    if (*out_loaded) {
+      tpu_trace_mark(TPU_TRACE_DISK_HIT, NULL);
+      return NULL;
+    }
   }
   TPU_PJRT_ARGS(PJRT_Program, program, format_size);
   program.code = (char*)mlir; /* the plugin only reads it */
@@ -131,7 +137,9 @@ static tpu_status_t* load_or_compile(const PJRT_Api* api, const char* mlir, size
   const char* used = NULL;
   size_t used_len = 0;
   int64_t t0 = now_ns();
+  tpu_trace_range_t range = tpu_trace_begin(TPU_TRACE_COMPILE, NULL);
   tpu_status_t* status = compile_program(api, &program, out_loaded, &used, &used_len);
+  tpu_trace_end(range);
   tpu_metric_add(TPU_METRIC_COMPILES, 1);
   tpu_metric_add(TPU_METRIC_COMPILE_NS, now_ns() - t0);
   TPU_RETURN_IF_ERROR(status);

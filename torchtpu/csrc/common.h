@@ -21,6 +21,7 @@ constexpr c10::DeviceType kTpu = c10::DeviceType::PrivateUse1;
 c10::Allocator* tpu_allocator();
 c10::DeviceIndex current_device();
 void set_current_device(c10::DeviceIndex index);
+void set_current_device_unchecked(c10::DeviceIndex index) noexcept;
 int device_count();  // 0 when the runtime is not initialised
 // Wraps an owned tpu storage (the reference is adopted) as a c10 DataPtr.
 c10::DataPtr make_data_ptr(tpu_storage_t* storage, c10::DeviceIndex device);

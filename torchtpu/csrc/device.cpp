@@ -68,6 +68,7 @@ int device_count() {
 }
 
 c10::DeviceIndex current_device() { return tls_device; }
+void set_current_device_unchecked(c10::DeviceIndex index) noexcept { tls_device = index; }
 
 void set_current_device(c10::DeviceIndex index) {
   const int n = device_count();
@@ -183,72 +184,9 @@ void resize_storage_bytes(const c10::Storage& storage, size_t nbytes) {
   storage.set_nbytes(nbytes);
 }
 
-// ---------------------------------------------------------- device guard ----
+// ------------------------------------------------------------- generator ----
 
 namespace {
-
-struct TpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
-  static constexpr c10::DeviceType static_type = kTpu;
-
-  c10::DeviceType type() const override { return kTpu; }
-  c10::Device exchangeDevice(c10::Device d) const override {
-    TORCH_CHECK(d.type() == kTpu, "tpu guard: expected a tpu device, got ", d);
-    c10::Device old = getDevice();
-    if (d.index() != old.index()) setDevice(d);
-    return old;
-  }
-  c10::Device getDevice() const override { return c10::Device(kTpu, current_device()); }
-  void setDevice(c10::Device d) const override {
-    TORCH_CHECK(d.type() == kTpu, "tpu guard: expected a tpu device, got ", d);
-    if (d.has_index()) set_current_device(d.index());
-  }
-  void uncheckedSetDevice(c10::Device d) const noexcept override {
-    if (d.has_index()) tls_device = d.index();
-  }
-  static c10::Stream default_stream(c10::Device d) {
-    return c10::Stream(c10::Stream::DEFAULT,
-                       c10::Device(kTpu, d.has_index() ? d.index() : current_device()));
-  }
-  c10::Stream getStream(c10::Device d) const override { return default_stream(d); }
-  c10::Stream getDefaultStream(c10::Device d) const override { return default_stream(d); }
-  c10::Stream getStreamFromGlobalPool(c10::Device d, bool) const override { return default_stream(d); }
-  c10::Stream getNewStream(c10::Device d, int) const override { return default_stream(d); }
-  c10::Stream exchangeStream(c10::Stream s) const override { return default_stream(s.device()); }
-  c10::DeviceIndex deviceCount() const noexcept override {
-    return static_cast<c10::DeviceIndex>(device_count());
-  }
-  // One in-order stream per device: events are trivial markers; waiting on
-  // one waits for all work issued so far.
-  void record(void** event, const c10::Stream&, const c10::DeviceIndex,
-              const c10::EventFlag) const override {
-    if (*event == nullptr) *event = reinterpret_cast<void*>(1);
-  }
-  void block(void*, const c10::Stream&) const override {}
-  bool queryEvent(void*) const override {
-    sync();
-    return true;
-  }
-  void destroyEvent(void*, const c10::DeviceIndex) const noexcept override {}
-  void synchronizeEvent(void*) const override { sync(); }
-  bool queryStream(const c10::Stream&) const override {
-    sync();
-    return true;
-  }
-  void synchronizeStream(const c10::Stream&) const override { sync(); }
-  void synchronizeDevice(const c10::DeviceIndex) const override { sync(); }
-  double elapsedTime(void*, void*, const c10::DeviceIndex) const override {
-    TORCH_CHECK(false, "tpu: event timing is not supported");
-  }
-
-  static void sync() {
-    if (!tpu_runtime_initialized()) return;
-    check_status(tpu_runtime_synchronize(), "tpu: synchronize");
-  }
-};
-
-C10_REGISTER_GUARD_IMPL(PrivateUse1, TpuGuardImpl);
-
-// ------------------------------------------------------------- generator ----
 
 // The RNG state (seed, offset) lives in a C runtime generator. A device's
 // default generator views the runtime's default for that device (borrowed);
@@ -455,11 +393,15 @@ void check(tpu_status_t* s, const char* what) {
 
 namespace torchtpu {
 void register_graph(py::module& m);  // graph.cpp
+void install_trace_hooks();          // profiler.cpp
+void register_c10d(py::module& m);   // c10d.cpp
 }
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "torchtpu C++ binding over the tpu C runtime";
   register_graph(m);
+  install_trace_hooks();
+  register_c10d(m);
   m.def(
       "init",
       [](const std::string& plugin_path, int cpu_devices) {

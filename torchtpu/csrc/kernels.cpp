@@ -277,6 +277,17 @@ bool tpu_has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tens
   return self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(from.key_set());
 }
 
+// Tensor.record_stream: a device buffer is reference-counted and PJRT frees it
+// only after every execution reading it has finished, so memory a stream still
+// uses is never reused (docs/streams.md); what is left is checking the call.
+void tpu_record_stream(at::Tensor& self, c10::Stream stream) {
+  TORCH_CHECK(stream.device_type() == kTpu, "record_stream: expected a tpu stream, got ", stream);
+  TORCH_CHECK(stream.device_index() == self.device().index(), "record_stream: the stream is on ",
+              stream.device(), ", the tensor on ", self.device());
+  TORCH_CHECK(self.storage().data_ptr().get_context() != nullptr,
+              "record_stream: the tensor has no tpu storage");
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -298,6 +309,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_copy_from", TORCH_FN(tpu_copy_from));
   m.impl("_copy_from_and_resize", TORCH_FN(tpu_copy_from_and_resize));
   m.impl("_local_scalar_dense", TORCH_FN(tpu_local_scalar_dense));
+  m.impl("record_stream", TORCH_FN(tpu_record_stream));
   m.impl("native_batch_norm", TORCH_FN(tpu_native_batch_norm));
 }
 

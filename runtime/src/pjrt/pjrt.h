@@ -185,6 +185,16 @@ typedef PJRT_Event_Destroy_Args PJRT_Event_Error_Args; /* same layout: handle @1
 typedef PJRT_Event_Destroy_Args PJRT_Event_Await_Args;
 static_assert(TPU_PJRT_SIZE(PJRT_Event_Destroy_Args, event) == 24, "Event_Destroy");
 static_assert(TPU_PJRT_SIZE(PJRT_Event_IsReady_Args, is_ready) == 25, "Event_IsReady");
+/* Called once when the event is ready, possibly on a plugin thread (at once
+ * when it already is); owns `error` (NULL on success). */
+typedef void (*PJRT_Event_OnReadyCallback)(PJRT_Error* error, void* user_arg);
+typedef struct PJRT_Event_OnReady_Args {
+  TPU_PJRT_ARGS_HEADER;
+  PJRT_Event* event;
+  PJRT_Event_OnReadyCallback callback;
+  void* user_arg;
+} PJRT_Event_OnReady_Args;
+static_assert(TPU_PJRT_SIZE(PJRT_Event_OnReady_Args, user_arg) == 40, "Event_OnReady");
 
 /* ---- client ---- */
 typedef struct PJRT_Client_Create_Args {
@@ -463,6 +473,7 @@ static_assert(TPU_PJRT_SIZE(PJRT_Buffer_ReadyEvent_Args, event) == 32, "Buffer_R
   X(6, Event_IsReady)                       \
   X(7, Event_Error)                         \
   X(8, Event_Await)                         \
+  X(9, Event_OnReady)                       \
   X(10, Client_Create)                      \
   X(11, Client_Destroy)                     \
   X(12, Client_PlatformName)                \

@@ -1,0 +1,379 @@
+/* In-flight work, streams and events (torchtpu/stream.h), and
+ * tpu_runtime_synchronize.
+ *
+ * Every execution's first output is kept (retained) in a ring with the device,
+ * the stream current on the submitting thread and a sequence number. Entries
+ * leave the front once finished; when the ring is full the submitter waits for
+ * the oldest. So an entry missing from the ring is finished (or was waited
+ * for), and "the work of stream S up to sequence Q" is exactly the ring's
+ * entries of S with seq <= Q. */
+#include "torchtpu/stream.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "check.h"
+#include "device.h"
+#include "pjrt/pjrt.h"
+#include "tracing.h"
+
+/* Enough to keep every executing op's output in view without making each
+ * submission scan a long list; beyond it the submitter waits for the oldest,
+ * which bounds how far the host runs ahead of the device. */
+#define TPU_INFLIGHT_CAP 64
+
+typedef struct inflight {
+  tpu_buffer_t* buf; /* retained */
+  int device;
+  int64_t stream;
+  uint64_t seq;
+} inflight_t;
+
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static inflight_t g_ring[TPU_INFLIGHT_CAP];
+static int g_head, g_len;
+static uint64_t g_seq; /* of the last submission */
+/* The first asynchronous error seen while dropping finished entries, kept for
+ * the next synchronize so no failure goes unreported. */
+static tpu_status_t* g_error;
+
+static atomic_llong g_next_stream = 1;
+static _Thread_local int64_t tls_stream[TPU_MAX_DEVICES];
+
+static inflight_t* ring_at(int i) { return &g_ring[(g_head + i) % TPU_INFLIGHT_CAP]; }
+
+static void note_error_locked(tpu_status_t* status) {
+  if (!status) return;
+  if (g_error) {
+    tpu_status_free(status);
+  } else {
+    g_error = status;
+  }
+}
+
+/* Drops finished entries from the front: work completes roughly in order, so
+ * the scan stops at the first busy one and stays O(1) amortised. */
+static void retire_locked(void) {
+  while (g_len > 0) {
+    inflight_t* head = ring_at(0);
+    bool ready = false;
+    note_error_locked(tpu_buffer_check(head->buf, false, &ready));
+    if (!ready) break;
+    tpu_buffer_release(head->buf);
+    g_head = (g_head + 1) % TPU_INFLIGHT_CAP;
+    g_len--;
+  }
+}
+
+void tpu_runtime_retire_inflight(void) {
+  pthread_mutex_lock(&g_mu);
+  retire_locked();
+  pthread_mutex_unlock(&g_mu);
+}
+
+void tpu_runtime_track_inflight(tpu_buffer_t* buf) {
+  if (!buf) return;
+  const int device = tpu_buffer_device(buf);
+  const int64_t stream = device >= 0 && device < TPU_MAX_DEVICES ? tls_stream[device] : 0;
+  inflight_t oldest = {0};
+  pthread_mutex_lock(&g_mu);
+  retire_locked();
+  if (g_len == TPU_INFLIGHT_CAP) {
+    oldest = *ring_at(0);
+    g_head = (g_head + 1) % TPU_INFLIGHT_CAP;
+    g_len--;
+  }
+  *ring_at(g_len) = (inflight_t){tpu_buffer_retain(buf), device, stream, ++g_seq};
+  g_len++;
+  pthread_mutex_unlock(&g_mu);
+  if (oldest.buf) {
+    /* Full: wait outside the lock so other threads keep submitting. */
+    bool ready = false;
+    tpu_status_t* status = tpu_buffer_check(oldest.buf, true, &ready);
+    tpu_buffer_release(oldest.buf);
+    if (status) {
+      pthread_mutex_lock(&g_mu);
+      note_error_locked(status);
+      pthread_mutex_unlock(&g_mu);
+    }
+  }
+}
+
+/* What a wait covers: every device and stream, or one stream up to a sequence. */
+typedef struct selector {
+  bool all;
+  int device;
+  int64_t stream;
+  uint64_t upto;
+} selector_t;
+
+static bool selected(const selector_t* sel, const inflight_t* e) {
+  return sel->all || (e->device == sel->device && e->stream == sel->stream && e->seq <= sel->upto);
+}
+
+/* Retained copies of the selected entries (all of them when waiting for
+ * everything, which also empties the ring); the caller releases them. */
+static int collect_locked(const selector_t* sel, tpu_buffer_t** out) {
+  int n = 0;
+  for (int i = 0; i < g_len; i++) {
+    if (selected(sel, ring_at(i))) out[n++] = tpu_buffer_retain(ring_at(i)->buf);
+  }
+  if (sel->all) {
+    for (int i = 0; i < g_len; i++) tpu_buffer_release(ring_at(i)->buf);
+    g_head = g_len = 0;
+  }
+  return n;
+}
+
+/* Waits for the selected work; returns the first error (the kept
+ * asynchronous error first when waiting for everything). */
+static tpu_status_t* wait_selected(const selector_t* sel) {
+  tpu_trace_range_t range = tpu_trace_begin(TPU_TRACE_SYNCHRONIZE, NULL);
+  tpu_metric_add(TPU_METRIC_SYNCS, 1);
+  tpu_buffer_t* pending[TPU_INFLIGHT_CAP];
+  pthread_mutex_lock(&g_mu);
+  const int n = collect_locked(sel, pending);
+  tpu_status_t* first = NULL;
+  if (sel->all) {
+    first = g_error;
+    g_error = NULL;
+  }
+  pthread_mutex_unlock(&g_mu);
+  for (int i = 0; i < n; i++) {
+    bool ready = false;
+    tpu_status_t* status = tpu_buffer_check(pending[i], true, &ready);
+    if (status && !first) {
+      first = status;
+    } else {
+      tpu_status_free(status);
+    }
+    tpu_buffer_release(pending[i]);
+  }
+  /* Then device-side check failures (check.h); an async failure goes first and
+   * leaves them for the next sync. */
+  if (!first) first = tpu_check_sync(sel->all ? -1 : sel->device);
+  tpu_trace_end(range);
+  return first;
+}
+
+tpu_status_t* tpu_runtime_synchronize(void) {
+  const selector_t all = {.all = true};
+  return wait_selected(&all);
+}
+
+/* Whether the selected work has finished, without waiting. */
+static tpu_status_t* query_selected(const selector_t* sel, bool* out_done) {
+  tpu_buffer_t* pending[TPU_INFLIGHT_CAP];
+  pthread_mutex_lock(&g_mu);
+  retire_locked();
+  const int n = collect_locked(sel, pending);
+  pthread_mutex_unlock(&g_mu);
+  tpu_status_t* first = NULL;
+  bool done = true;
+  for (int i = 0; i < n; i++) {
+    bool ready = false;
+    if (!first) first = tpu_buffer_check(pending[i], false, &ready);
+    done = done && ready;
+    tpu_buffer_release(pending[i]);
+  }
+  *out_done = done || first != NULL;
+  return first;
+}
+
+/* ---- streams ---- */
+
+static tpu_status_t* check_stream(int device, int64_t stream) {
+  if (device < 0 || device >= tpu_runtime_device_count()) {
+    return TPU_STATUS(TPU_INVALID_ARGUMENT, "tpu:%d is not a device (%d device(s))", device,
+                      tpu_runtime_device_count());
+  }
+  if (stream < 0 || stream >= atomic_load(&g_next_stream)) {
+    return TPU_STATUS(TPU_INVALID_ARGUMENT, "tpu:%d has no stream %lld", device, (long long)stream);
+  }
+  return NULL;
+}
+
+static selector_t stream_so_far(int device, int64_t stream) {
+  pthread_mutex_lock(&g_mu);
+  const uint64_t upto = g_seq;
+  pthread_mutex_unlock(&g_mu);
+  return (selector_t){false, device, stream, upto};
+}
+
+tpu_status_t* tpu_stream_create(int device, int64_t* out_stream) {
+  if (!out_stream) return TPU_STATUS(TPU_INVALID_ARGUMENT, "out_stream is NULL");
+  *out_stream = 0;
+  TPU_RETURN_IF_ERROR(check_stream(device, TPU_STREAM_DEFAULT));
+  *out_stream = atomic_fetch_add(&g_next_stream, 1);
+  return NULL;
+}
+
+int64_t tpu_stream_current(int device) {
+  return device >= 0 && device < TPU_MAX_DEVICES ? tls_stream[device] : TPU_STREAM_DEFAULT;
+}
+
+tpu_status_t* tpu_stream_set_current(int device, int64_t stream) {
+  TPU_RETURN_IF_ERROR(check_stream(device, stream));
+  tls_stream[device] = stream;
+  return NULL;
+}
+
+tpu_status_t* tpu_stream_query(int device, int64_t stream, bool* out_done) {
+  if (!out_done) return TPU_STATUS(TPU_INVALID_ARGUMENT, "out_done is NULL");
+  *out_done = false;
+  TPU_RETURN_IF_ERROR(check_stream(device, stream));
+  const selector_t sel = stream_so_far(device, stream);
+  return query_selected(&sel, out_done);
+}
+
+tpu_status_t* tpu_stream_synchronize(int device, int64_t stream) {
+  TPU_RETURN_IF_ERROR(check_stream(device, stream));
+  const selector_t sel = stream_so_far(device, stream);
+  return wait_selected(&sel);
+}
+
+/* ---- events ---- */
+
+struct tpu_event {
+  bool timing;
+  bool recorded;
+  selector_t work;
+  /* Timing: completion callbacks still to come, and the latest completion time. */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int callbacks;
+  int64_t done_ns;
+};
+
+static int64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void on_work_done(void* user) {
+  tpu_event_t* ev = user;
+  const int64_t t = now_ns();
+  pthread_mutex_lock(&ev->mu);
+  if (t > ev->done_ns) ev->done_ns = t;
+  if (--ev->callbacks == 0) pthread_cond_broadcast(&ev->cv);
+  pthread_mutex_unlock(&ev->mu);
+}
+
+static void wait_callbacks(tpu_event_t* ev) {
+  pthread_mutex_lock(&ev->mu);
+  while (ev->callbacks > 0) pthread_cond_wait(&ev->cv, &ev->mu);
+  pthread_mutex_unlock(&ev->mu);
+}
+
+tpu_status_t* tpu_event_create(bool enable_timing, tpu_event_t** out_event) {
+  if (!out_event) return TPU_STATUS(TPU_INVALID_ARGUMENT, "out_event is NULL");
+  *out_event = NULL;
+  tpu_event_t* ev = calloc(1, sizeof *ev);
+  if (!ev) return TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "out of host memory for an event");
+  ev->timing = enable_timing;
+  pthread_mutex_init(&ev->mu, NULL);
+  pthread_cond_init(&ev->cv, NULL);
+  *out_event = ev;
+  return NULL;
+}
+
+void tpu_event_destroy(tpu_event_t* event) {
+  if (!event) return;
+  wait_callbacks(event);
+  pthread_mutex_destroy(&event->mu);
+  pthread_cond_destroy(&event->cv);
+  free(event);
+}
+
+/* Registers a completion callback on every unfinished entry of the event's
+ * work; with none unfinished the record time is the completion time. */
+static tpu_status_t* arm_timing(tpu_event_t* ev) {
+  tpu_buffer_t* pending[TPU_INFLIGHT_CAP];
+  pthread_mutex_lock(&g_mu);
+  const int n = collect_locked(&ev->work, pending);
+  pthread_mutex_unlock(&g_mu);
+  pthread_mutex_lock(&ev->mu);
+  ev->done_ns = now_ns();
+  ev->callbacks = n;
+  pthread_mutex_unlock(&ev->mu);
+  tpu_status_t* first = NULL;
+  for (int i = 0; i < n; i++) {
+    tpu_status_t* status = tpu_buffer_on_ready(pending[i], on_work_done, ev);
+    if (status) {
+      on_work_done(ev); /* the callback will not come */
+      if (!first) first = status; else tpu_status_free(status);
+    }
+    tpu_buffer_release(pending[i]);
+  }
+  return first;
+}
+
+tpu_status_t* tpu_event_record(tpu_event_t* event, int device, int64_t stream) {
+  if (!event) return TPU_STATUS(TPU_INVALID_ARGUMENT, "event is NULL");
+  TPU_RETURN_IF_ERROR(check_stream(device, stream));
+  wait_callbacks(event); /* a previous record's callbacks still point here */
+  event->work = stream_so_far(device, stream);
+  event->recorded = true;
+  return event->timing ? arm_timing(event) : NULL;
+}
+
+tpu_status_t* tpu_event_query(tpu_event_t* event, bool* out_done) {
+  if (!out_done) return TPU_STATUS(TPU_INVALID_ARGUMENT, "out_done is NULL");
+  *out_done = false;
+  if (!event) return TPU_STATUS(TPU_INVALID_ARGUMENT, "event is NULL");
+  if (!event->recorded) {
+    *out_done = true;
+    return NULL;
+  }
+  TPU_RETURN_IF_ERROR(query_selected(&event->work, out_done));
+  if (*out_done && event->timing) {
+    pthread_mutex_lock(&event->mu);
+    *out_done = event->callbacks == 0;
+    pthread_mutex_unlock(&event->mu);
+  }
+  return NULL;
+}
+
+tpu_status_t* tpu_event_synchronize(tpu_event_t* event) {
+  if (!event) return TPU_STATUS(TPU_INVALID_ARGUMENT, "event is NULL");
+  if (!event->recorded) return NULL;
+  tpu_status_t* status = wait_selected(&event->work);
+  if (event->timing) wait_callbacks(event);
+  return status;
+}
+
+static tpu_status_t* completion_time(tpu_event_t* ev, const char* which, int64_t* out_ns) {
+  if (!ev->timing) {
+    return TPU_STATUS(TPU_FAILED_PRECONDITION,
+                      "elapsed_time: the %s event was created without enable_timing=True", which);
+  }
+  if (!ev->recorded) {
+    return TPU_STATUS(TPU_FAILED_PRECONDITION, "elapsed_time: the %s event was never recorded",
+                      which);
+  }
+  bool done = false;
+  TPU_RETURN_IF_ERROR(tpu_event_query(ev, &done));
+  if (!done) {
+    return TPU_STATUS(TPU_FAILED_PRECONDITION,
+                      "elapsed_time: the %s event has not completed yet (synchronize it first)",
+                      which);
+  }
+  pthread_mutex_lock(&ev->mu);
+  *out_ns = ev->done_ns;
+  pthread_mutex_unlock(&ev->mu);
+  return NULL;
+}
+
+tpu_status_t* tpu_event_elapsed_ms(tpu_event_t* start, tpu_event_t* end, double* out_ms) {
+  if (!out_ms) return TPU_STATUS(TPU_INVALID_ARGUMENT, "out_ms is NULL");
+  *out_ms = 0;
+  if (!start || !end) return TPU_STATUS(TPU_INVALID_ARGUMENT, "event is NULL");
+  int64_t t0 = 0, t1 = 0;
+  TPU_RETURN_IF_ERROR(completion_time(start, "start", &t0));
+  TPU_RETURN_IF_ERROR(completion_time(end, "end", &t1));
+  *out_ms = (double)(t1 - t0) / 1e6;
+  return NULL;
+}

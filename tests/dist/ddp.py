@@ -1,0 +1,63 @@
+"""Run by torchrun (tests/test_distributed.py): DDP on tpu over the "tpu" backend —
+small buckets, no_sync gradient accumulation — ends with the parameters of
+single-process training on the concatenated batch (computed on CPU)."""
+import copy
+import datetime
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import torchtpu  # noqa: F401
+
+
+def model_fn():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Tanh(), torch.nn.Linear(32, 32),
+                               torch.nn.Tanh(), torch.nn.Linear(32, 4))
+
+
+def main():
+    # cpu tensors over gloo, tpu tensors over the tpu backend (docs/distributed.md)
+    dist.init_process_group("cpu:gloo,tpu:tpu", timeout=datetime.timedelta(seconds=60))
+    r, n = dist.get_rank(), dist.get_world_size()
+    g = torch.Generator().manual_seed(1)
+    steps, micro, per_rank = 4, 2, 3
+    data = torch.randn(steps, micro, n * per_rank, 8, generator=g)
+    target = torch.randn(steps, micro, n * per_rank, 4, generator=g)
+
+    ref = model_fn()
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+    for s in range(steps):
+        ref_opt.zero_grad()
+        for m in range(micro):
+            # DDP averages over ranks: the reference loss is the mean over the whole batch.
+            loss = torch.nn.functional.mse_loss(ref(data[s, m]), target[s, m]) / micro
+            loss.backward()
+        ref_opt.step()
+
+    model = DDP(model_fn().to("tpu"), bucket_cap_mb=0.002)  # several buckets
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    sl = slice(r * per_rank, (r + 1) * per_rank)
+    for s in range(steps):
+        opt.zero_grad()
+        for m in range(micro):
+            x, y = data[s, m, sl].to("tpu"), target[s, m, sl].to("tpu")
+            if m < micro - 1:
+                with model.no_sync():  # accumulate locally, reduce on the last micro-batch
+                    (torch.nn.functional.mse_loss(model(x), y) / micro).backward()
+            else:
+                (torch.nn.functional.mse_loss(model(x), y) / micro).backward()
+        opt.step()
+    for (name, p), q in zip(model.module.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-5, atol=1e-5, msg=name)
+    # The same group also reduces cpu tensors, over gloo.
+    c = torch.ones(1)
+    dist.all_reduce(c)
+    assert c.item() == n
+    dist.destroy_process_group()
+    print(f"rank {r}/{n}: DDP OK", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,322 @@
+// The "tpu" c10d backend, host path: collectives on tpu tensors staged through
+// host memory over a CPU backend (gloo), for PJRT plugins that cannot run
+// collectives across processes (the CPU plugin). Every collective copies its
+// tpu inputs to host tensors, runs the host backend's collective, waits, and
+// writes the results back into the tpu outputs; the Work it returns is
+// complete, and its future holds the tpu outputs; sends and receives return
+// a Work that finishes on wait() (docs/distributed.md).
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+#include <torch/csrc/utils/pybind.h>
+
+#include <algorithm>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common.h"
+
+namespace torchtpu {
+namespace {
+
+using c10d::OpType;
+using Tensors = std::vector<at::Tensor>;
+using TensorLists = std::vector<std::vector<at::Tensor>>;
+using WorkPtr = c10::intrusive_ptr<c10d::Work>;
+
+c10::intrusive_ptr<c10::ivalue::Future> completed_future(const Tensors& outputs) {
+  std::vector<c10::Device> devices;
+  for (const at::Tensor& t : outputs) {
+    if (std::find(devices.begin(), devices.end(), t.device()) == devices.end()) devices.push_back(t.device());
+  }
+  auto f = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()), devices);
+  f->markCompleted(c10::IValue(outputs));
+  return f;
+}
+
+// A finished collective: waits return at once; the future holds the outputs.
+class DoneWork final : public c10d::Work {
+ public:
+  DoneWork(int rank, OpType op, Tensors outputs)
+      : c10d::Work(rank, op), outputs_(std::move(outputs)), future_(completed_future(outputs_)) {}
+  bool isCompleted() override { return true; }
+  bool isSuccess() const override { return true; }
+  bool wait(std::chrono::milliseconds) override { return true; }
+  void synchronize() override {}
+  std::vector<at::Tensor> result() override { return outputs_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+ private:
+  Tensors outputs_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+// A point-to-point operation still running on the host backend: isend/irecv
+// must not block (batch_isend_irecv posts both sides before waiting). wait()
+// waits for the host work and then writes received values into the tpu tensors.
+class StagedWork final : public c10d::Work {
+ public:
+  StagedWork(int rank, OpType op, const char* what, WorkPtr host, Tensors dev_out, Tensors host_bufs)
+      : c10d::Work(rank, op), what_(what), host_(std::move(host)), dev_out_(std::move(dev_out)),
+        host_bufs_(std::move(host_bufs)) {}
+  bool isCompleted() override { return done_ || host_->isCompleted(); }
+  bool isSuccess() const override { return host_->isSuccess(); }
+  bool wait(std::chrono::milliseconds timeout) override {
+    std::lock_guard<std::mutex> guard(mu_);
+    if (done_) return true;
+    try {
+      host_->wait(timeout);
+    } catch (const std::exception& e) {
+      TORCH_CHECK(false, "tpu c10d backend: ", what_, " failed on rank ", rank_, ": ", e.what());
+    }
+    for (size_t i = 0; i < dev_out_.size(); ++i) dev_out_[i].copy_(host_bufs_[i]);
+    done_ = true;
+    return true;
+  }
+  void synchronize() override { wait(kNoTimeout); }
+  std::vector<at::Tensor> result() override { return dev_out_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
+    wait(kNoTimeout);
+    return completed_future(dev_out_);
+  }
+
+ private:
+  const char* what_;
+  WorkPtr host_;
+  Tensors dev_out_;
+  Tensors host_bufs_;  // the host side of the transfer, alive until it finishes
+  std::mutex mu_;
+  bool done_ = false;
+};
+
+class TpuBackend final : public c10d::Backend {
+ public:
+  TpuBackend(int rank, int size, c10::intrusive_ptr<c10d::Backend> host)
+      : c10d::Backend(rank, size), host_(std::move(host)) {
+    TORCH_CHECK(host_, "tpu c10d backend: no host backend");
+  }
+  const std::string getBackendName() const override { return "tpu"; }
+
+  WorkPtr broadcast(Tensors& ts, const c10d::BroadcastOptions& o) override {
+    return run("broadcast", OpType::BROADCAST, ts, ts, [&](Tensors& h, Tensors&) { return host_->broadcast(h, o); });
+  }
+  WorkPtr allreduce(Tensors& ts, const c10d::AllreduceOptions& o) override {
+    return reduce_like("all_reduce", OpType::ALLREDUCE, ts, o.reduceOp,
+                       [&](Tensors& h, const c10d::ReduceOp& op) {
+                         c10d::AllreduceOptions ho = o;
+                         ho.reduceOp = op;
+                         return host_->allreduce(h, ho);
+                       });
+  }
+  WorkPtr allreduce_coalesced(Tensors& ts, const c10d::AllreduceCoalescedOptions& o) override {
+    return reduce_like("all_reduce_coalesced", OpType::ALLREDUCE_COALESCED, ts, o.reduceOp,
+                       [&](Tensors& h, const c10d::ReduceOp& op) {
+                         c10d::AllreduceCoalescedOptions ho = o;
+                         ho.reduceOp = op;
+                         return host_->allreduce_coalesced(h, ho);
+                       });
+  }
+  WorkPtr reduce(Tensors& ts, const c10d::ReduceOptions& o) override {
+    return reduce_like("reduce", OpType::REDUCE, ts, o.reduceOp, [&](Tensors& h, const c10d::ReduceOp& op) {
+      c10d::ReduceOptions ho = o;
+      ho.reduceOp = op;
+      return host_->reduce(h, ho);
+    });
+  }
+  WorkPtr allgather(TensorLists& outs, Tensors& ins, const c10d::AllgatherOptions& o) override {
+    return run_lists("all_gather", OpType::ALLGATHER, outs, ins,
+                     [&](TensorLists& ho, Tensors& hi) { return host_->allgather(ho, hi, o); });
+  }
+  WorkPtr _allgather_base(at::Tensor& out, at::Tensor& in, const c10d::AllgatherOptions& o) override {
+    Tensors outs{out}, ins{in};
+    return run("all_gather_into_tensor", OpType::_ALLGATHER_BASE, outs, ins,
+               [&](Tensors& ho, Tensors& hi) { return host_->_allgather_base(ho[0], hi[0], o); });
+  }
+  WorkPtr allgather_into_tensor_coalesced(Tensors& outs, Tensors& ins,
+                                          const c10d::AllgatherOptions& o) override {
+    return run("all_gather_into_tensor_coalesced", OpType::COALESCED, outs, ins, [&](Tensors& ho, Tensors& hi) {
+      return host_->allgather_into_tensor_coalesced(ho, hi, o);
+    });
+  }
+  WorkPtr allgather_coalesced(TensorLists& outs, Tensors& ins, const c10d::AllgatherOptions& o) override {
+    return run_lists("all_gather_coalesced", OpType::ALLGATHER_COALESCED, outs, ins,
+                     [&](TensorLists& ho, Tensors& hi) { return host_->allgather_coalesced(ho, hi, o); });
+  }
+  WorkPtr gather(TensorLists& outs, Tensors& ins, const c10d::GatherOptions& o) override {
+    return run_lists("gather", OpType::GATHER, outs, ins,
+                     [&](TensorLists& ho, Tensors& hi) { return host_->gather(ho, hi, o); });
+  }
+  WorkPtr scatter(Tensors& outs, TensorLists& ins, const c10d::ScatterOptions& o) override {
+    return run_in_lists("scatter", OpType::SCATTER, outs, ins,
+                        [&](Tensors& ho, TensorLists& hi) { return host_->scatter(ho, hi, o); });
+  }
+  WorkPtr reduce_scatter(Tensors& outs, TensorLists& ins, const c10d::ReduceScatterOptions& o) override {
+    check_op("reduce_scatter", o.reduceOp);
+    WorkPtr w = run_in_lists("reduce_scatter", OpType::REDUCE_SCATTER, outs, ins, [&](Tensors& ho, TensorLists& hi) {
+      return host_->reduce_scatter(ho, hi, with_sum(o));
+    });
+    finish_avg(o.reduceOp, outs);
+    return w;
+  }
+  WorkPtr _reduce_scatter_base(at::Tensor& out, at::Tensor& in, const c10d::ReduceScatterOptions& o) override {
+    check_op("reduce_scatter_tensor", o.reduceOp);
+    Tensors outs{out}, ins{in};
+    WorkPtr w = run("reduce_scatter_tensor", OpType::_REDUCE_SCATTER_BASE, outs, ins, [&](Tensors& ho, Tensors& hi) {
+      return host_->_reduce_scatter_base(ho[0], hi[0], with_sum(o));
+    });
+    finish_avg(o.reduceOp, outs);
+    return w;
+  }
+  WorkPtr reduce_scatter_tensor_coalesced(Tensors& outs, Tensors& ins,
+                                          const c10d::ReduceScatterOptions& o) override {
+    check_op("reduce_scatter_tensor_coalesced", o.reduceOp);
+    WorkPtr w = run("reduce_scatter_tensor_coalesced", OpType::REDUCE_SCATTER_TENSOR_COALESCED, outs, ins,
+                    [&](Tensors& ho, Tensors& hi) {
+                      return host_->reduce_scatter_tensor_coalesced(ho, hi, with_sum(o));
+                    });
+    finish_avg(o.reduceOp, outs);
+    return w;
+  }
+  WorkPtr alltoall_base(at::Tensor& out, at::Tensor& in, std::vector<int64_t>& out_splits,
+                        std::vector<int64_t>& in_splits, const c10d::AllToAllOptions& o) override {
+    Tensors outs{out}, ins{in};
+    return run("all_to_all_single", OpType::ALLTOALL_BASE, outs, ins, [&](Tensors& ho, Tensors& hi) {
+      return host_->alltoall_base(ho[0], hi[0], out_splits, in_splits, o);
+    });
+  }
+  WorkPtr alltoall(Tensors& outs, Tensors& ins, const c10d::AllToAllOptions& o) override {
+    return run("all_to_all", OpType::ALLTOALL, outs, ins,
+               [&](Tensors& ho, Tensors& hi) { return host_->alltoall(ho, hi, o); });
+  }
+  WorkPtr send(Tensors& ts, int dst, int tag) override {
+    Tensors host = stage("send", ts, true);
+    return c10::make_intrusive<StagedWork>(getRank(), OpType::SEND, "send", host_->send(host, dst, tag),
+                                           Tensors{}, host);
+  }
+  WorkPtr recv(Tensors& ts, int src, int tag) override {
+    Tensors host = stage("recv", ts, false);
+    return c10::make_intrusive<StagedWork>(getRank(), OpType::RECV, "recv", host_->recv(host, src, tag), ts,
+                                           host);
+  }
+  WorkPtr recvAnysource(Tensors& ts, int tag) override {
+    Tensors host = stage("recv", ts, false);
+    return c10::make_intrusive<StagedWork>(getRank(), OpType::RECVANYSOURCE, "recv",
+                                           host_->recvAnysource(host, tag), ts, host);
+  }
+  WorkPtr barrier(const c10d::BarrierOptions& o) override {
+    c10d::BarrierOptions ho = o;
+    ho.device_ids.clear();  // tpu device ids mean nothing to the host backend
+    host_->barrier(ho)->wait();
+    return c10::make_intrusive<DoneWork>(getRank(), OpType::BARRIER, Tensors{});
+  }
+
+ private:
+  // Host copies of tpu tensors (a tensor both read and written is copied once).
+  static Tensors stage(const char* what, const Tensors& ts, bool copy_values) {
+    Tensors host;
+    host.reserve(ts.size());
+    for (const at::Tensor& t : ts) {
+      TORCH_CHECK(t.device().type() == kTpu, "tpu c10d backend: ", what, " got a tensor on ", t.device(),
+                  "; this process group's tensors must be on tpu");
+      host.push_back(copy_values ? t.to(at::kCPU).contiguous()
+                                 : at::empty(t.sizes(), t.options().device(at::kCPU)));
+    }
+    return host;
+  }
+  static void unstage(Tensors& dst, const Tensors& host) {
+    for (size_t i = 0; i < dst.size(); ++i) dst[i].copy_(host[i]);
+  }
+  WorkPtr finish(const char* what, OpType op, const WorkPtr& host_work, Tensors outputs) {
+    // The host backend raises (with its message) if a peer failed or timed out.
+    try {
+      host_work->wait();
+    } catch (const std::exception& e) {
+      TORCH_CHECK(false, "tpu c10d backend: ", what, " failed on rank ", getRank(), ": ", e.what());
+    }
+    return c10::make_intrusive<DoneWork>(getRank(), op, std::move(outputs));
+  }
+  // Inputs and outputs are flat lists; when they are the same list the values
+  // are staged once and written back.
+  WorkPtr run(const char* what, OpType op, Tensors& outs, Tensors& ins,
+              const std::function<WorkPtr(Tensors&, Tensors&)>& call) {
+    const bool inplace = &outs == &ins;
+    Tensors hin = stage(what, ins, true);
+    Tensors hout = inplace ? hin : stage(what, outs, false);
+    WorkPtr w = finish(what, op, call(hout, hin), outs);
+    unstage(outs, hout);
+    return w;
+  }
+  WorkPtr run_lists(const char* what, OpType op, TensorLists& outs, Tensors& ins,
+                    const std::function<WorkPtr(TensorLists&, Tensors&)>& call) {
+    Tensors hin = stage(what, ins, true);
+    TensorLists hout;
+    Tensors flat;
+    for (Tensors& l : outs) {
+      hout.push_back(stage(what, l, false));
+      flat.insert(flat.end(), l.begin(), l.end());
+    }
+    WorkPtr w = finish(what, op, call(hout, hin), flat);
+    for (size_t i = 0; i < outs.size(); ++i) unstage(outs[i], hout[i]);
+    return w;
+  }
+  WorkPtr run_in_lists(const char* what, OpType op, Tensors& outs, TensorLists& ins,
+                       const std::function<WorkPtr(Tensors&, TensorLists&)>& call) {
+    TensorLists hin;
+    for (Tensors& l : ins) hin.push_back(stage(what, l, true));
+    Tensors hout = stage(what, outs, false);
+    WorkPtr w = finish(what, op, call(hout, hin), outs);
+    unstage(outs, hout);
+    return w;
+  }
+
+  // gloo has no AVG: a SUM divided by the group size (floating point only, as
+  // an integer average would round).
+  void check_op(const char* what, const c10d::ReduceOp& op) const {
+    TORCH_CHECK(op.op_ != c10d::ReduceOp::PREMUL_SUM, "tpu c10d backend: ", what,
+                " does not support PREMUL_SUM");
+  }
+  static c10d::ReduceOp host_op(const c10d::ReduceOp& op) {
+    return op.op_ == c10d::ReduceOp::AVG ? c10d::ReduceOp(c10d::ReduceOp::SUM) : op;
+  }
+  template <typename Opts>
+  static Opts with_sum(const Opts& o) {
+    Opts h = o;
+    h.reduceOp = host_op(o.reduceOp);
+    return h;
+  }
+  void finish_avg(const c10d::ReduceOp& op, Tensors& outs) const {
+    if (op.op_ != c10d::ReduceOp::AVG) return;
+    for (at::Tensor& t : outs) {
+      TORCH_CHECK(at::isFloatingType(t.scalar_type()) || at::isComplexType(t.scalar_type()),
+                  "tpu c10d backend: ReduceOp.AVG needs a floating-point tensor, got ", t.scalar_type());
+      t.div_(getSize());
+    }
+  }
+  WorkPtr reduce_like(const char* what, OpType op, Tensors& ts, const c10d::ReduceOp& rop,
+                      const std::function<WorkPtr(Tensors&, const c10d::ReduceOp&)>& call) {
+    check_op(what, rop);
+    if (rop.op_ == c10d::ReduceOp::AVG) {
+      for (const at::Tensor& t : ts) {
+        TORCH_CHECK(at::isFloatingType(t.scalar_type()) || at::isComplexType(t.scalar_type()),
+                    "tpu c10d backend: ReduceOp.AVG needs a floating-point tensor, got ", t.scalar_type());
+      }
+    }
+    WorkPtr w = run(what, op, ts, ts, [&](Tensors& h, Tensors&) { return call(h, host_op(rop)); });
+    finish_avg(rop, ts);
+    return w;
+  }
+
+  c10::intrusive_ptr<c10d::Backend> host_;
+};
+
+}  // namespace
+
+void register_c10d(py::module& m) {
+  py::object base = py::module::import("torch._C._distributed_c10d").attr("Backend");
+  py::class_<TpuBackend, c10::intrusive_ptr<TpuBackend>>(m, "TpuBackend", base)
+      .def(py::init<int, int, c10::intrusive_ptr<c10d::Backend>>(), py::arg("rank"), py::arg("size"),
+           py::arg("host"));
+}
+
+}  // namespace torchtpu
