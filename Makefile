@@ -22,7 +22,7 @@ BIND_HDRS := $(wildcard torchtpu/csrc/*.h)
 BIND_OBJS := $(patsubst torchtpu/csrc/%.cpp,$(BUILD)/bind/%.o,$(BIND_SRCS))
 BIND_SO := torchtpu/_C.so
 
-.PHONY: all setup runtime binding run test ctest pytest sanitize bench bench-quick bench-peers conformance models models-sweep clean
+.PHONY: all setup runtime binding run test ctest pytest sanitize bench bench-quick bench-peers conformance models models-sweep wheel package-check clean
 
 all: $(BIND_SO)
 
@@ -116,6 +116,25 @@ models: $(STAMP) $(MODELS_STAMP) $(BIND_SO)
 # Every transformers model type with a task head, shrunk, forward parity -> reports/models-sweep.*
 models-sweep: $(STAMP) $(MODELS_STAMP) $(BIND_SO)
 	$(VPY) tests/models/sweep.py --jobs $(MODELS_JOBS) --report reports
+
+# ---- packaging (docs/install.md); slow, never part of `make test` ----
+# `pip wheel .` builds with setuptools (pyproject.toml, setup.py) in an isolated
+# environment, under build/setuptools/, and leaves dist/torchtpu-<version>-*.whl.
+WHEEL_JOBS ?= 2
+wheel:
+	rm -f dist/torchtpu-*.whl
+	MAX_JOBS=$(WHEEL_JOBS) $(PYTHON) -m pip wheel . --no-deps -w dist
+
+# The wheel in a fresh venv (outside the checkout, so it is not importable): `import torch`
+# alone must give a working "tpu" (autoload), then the report and self-test.
+package-check: wheel
+	set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	$(PYTHON) -m venv "$$tmp/venv"; \
+	"$$tmp/venv/bin/python" -m pip install -q --disable-pip-version-check torch==2.13.0 $(CURDIR)/dist/torchtpu-*.whl; \
+	cd "$$tmp"; \
+	"$$tmp/venv/bin/python" -c "import sys, torch; y = torch.ones(2, device='tpu') * 2; print(y); \
+	assert 'torchtpu' in sys.modules and torch.equal(y.cpu(), torch.ones(2) * 2)"; \
+	"$$tmp/venv/bin/python" -m torchtpu
 
 clean:
 	rm -rf $(BUILD) build-san $(BIND_SO)
