@@ -88,6 +88,7 @@ test: $(STAMP) $(MODELS_STAMP) $(BIND_SO) ctest
 
 bench: $(STAMP) $(BIND_SO)
 	$(VPY) bench/run.py
+	$(VPY) bench/collectives.py
 
 bench-quick: $(STAMP) $(BIND_SO)
 	$(VPY) bench/run.py --quick

@@ -108,3 +108,12 @@ def test_accelerator_answers_tpu():
     torch.accelerator.synchronize()
     assert torch.accelerator.memory_allocated() == torch.tpu.memory_allocated() > 0
     assert torch.equal(x.cpu(), torch.full((3,), 2.0))
+
+
+def test_bf16_support_is_real():
+    # As torch.cuda.is_bf16_supported: True only if bf16 tensors compute on the device.
+    assert torch.tpu.is_bf16_supported()
+    a = torch.randn(16, 16)
+    got = (a.to("tpu", torch.bfloat16) @ a.to("tpu", torch.bfloat16)).float().cpu()
+    want = (a.bfloat16() @ a.bfloat16()).float()
+    torch.testing.assert_close(got, want, rtol=1.6e-2, atol=1e-2)

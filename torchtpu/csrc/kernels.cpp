@@ -194,11 +194,17 @@ at::Tensor tpu_copy_from(const at::Tensor& self, const at::Tensor& dst, bool non
     check_status(tpu_tensor_upload(&d, host.const_data_ptr(), hd), "tpu: copy cpu -> tpu");
   } else if (src_tpu && !dst_tpu) {
     TORCH_CHECK(dst.device().is_cpu(), "tpu: copies from tpu to ", dst.device(), " are not supported");
-    at::Tensor tmp = at::empty(self.sizes(), self.options().device(at::kCPU));
+    // Straight into `dst` when it has the source's dense layout (`.cpu()`, `.to("cpu")`):
+    // one host copy instead of two.
+    const bool direct = dst.is_contiguous() && dst.scalar_type() == self.scalar_type() &&
+                        dst.sizes().equals(self.sizes()) && !self.is_conj() && !self.is_neg() &&
+                        !dst.is_conj() && !dst.is_neg();
+    at::Tensor tmp = direct ? dst : at::empty(self.sizes(), self.options().device(at::kCPU));
     if (tmp.numel() > 0) {
       const tpu_tensor_t s = describe(self);
       check_status(tpu_tensor_download(&s, tmp.mutable_data_ptr(), tmp.nbytes()), "tpu: copy tpu -> cpu");
     }
+    if (direct) return dst;
     if (self.is_conj()) tmp = tmp.conj();
     if (self.is_neg()) tmp = tmp._neg_view();
     dst.copy_(tmp);
