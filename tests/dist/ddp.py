@@ -1,6 +1,7 @@
-"""Run by torchrun (tests/test_distributed.py): DDP on tpu over the "tpu" backend —
-small buckets, no_sync gradient accumulation — ends with the parameters of
-single-process training on the concatenated batch (computed on CPU)."""
+"""Run by torchrun (tests/test_distributed.py): every collective on tpu tensors
+(collectives.py), then DDP on tpu over the "tpu" backend — small buckets, no_sync
+gradient accumulation — ending with the parameters of single-process training on the
+concatenated batch (computed on CPU)."""
 import copy
 import datetime
 
@@ -9,6 +10,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import torchtpu  # noqa: F401
+from collectives import run_all
 
 
 def model_fn():
@@ -21,6 +23,7 @@ def main():
     # cpu tensors over gloo, tpu tensors over the tpu backend (docs/distributed.md)
     dist.init_process_group("cpu:gloo,tpu:tpu", timeout=datetime.timedelta(seconds=60))
     r, n = dist.get_rank(), dist.get_world_size()
+    run_all()
     g = torch.Generator().manual_seed(1)
     steps, micro, per_rank = 4, 2, 3
     data = torch.randn(steps, micro, n * per_rank, 8, generator=g)

@@ -18,6 +18,14 @@ def main():
     mode = os.environ["FAILURE"]
     dist.init_process_group("tpu", timeout=datetime.timedelta(seconds=TIMEOUT_S))
     r = dist.get_rank()
+    # A cpu tensor on the tpu-only group is refused, as torch refuses a device type
+    # that has no backend in the group.
+    try:
+        dist.all_reduce(torch.ones(1))
+    except RuntimeError as e:
+        assert "cpu" in str(e), e
+    else:
+        raise AssertionError("a cpu tensor on the tpu group was accepted")
     x = torch.ones(4).to("tpu")
     dist.all_reduce(x)  # everyone is alive and in step for the first one
     if mode == "dead" and r == 1:

@@ -1,7 +1,8 @@
 """Run by torchrun (tests/test_distributed.py): FSDP2 `fully_shard` (per layer and
-root, reshard_after_forward both ways) and DTensor (distribute_tensor, redistribute,
-tensor parallel Colwise/Rowwise) on tpu over the "tpu" backend, each equal to a
-single-process CPU run within 1e-5."""
+root, reshard_after_forward both ways), DTensor (distribute_tensor, redistribute,
+tensor parallel Colwise/Rowwise) and a Llama-shaped block with sequence parallel
+(llama_tp.py) on tpu over the "tpu" backend, each equal to a single-process CPU run
+within 1e-5."""
 import copy
 import datetime
 
@@ -13,6 +14,7 @@ from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 import torchtpu  # noqa: F401
+from llama_tp import llama_block
 
 TOL = dict(rtol=1e-5, atol=1e-5)
 
@@ -67,7 +69,9 @@ def main():
     r, n = dist.get_rank(), dist.get_world_size()
     fsdp(r, n, reshard=True)
     fsdp(r, n, reshard=False)
-    dtensor(n, init_device_mesh("tpu", (n,)))
+    mesh = init_device_mesh("tpu", (n,))
+    dtensor(n, mesh)
+    llama_block(r, n, mesh)
     dist.destroy_process_group()
     print(f"rank {r}/{n}: FSDP2 and DTensor OK", flush=True)
 

@@ -1,14 +1,11 @@
-"""Run by torchrun (tests/test_distributed.py): tensor parallel on a Llama-shaped block
-(RMSNorm, attention with q/k/v/o projections, SwiGLU MLP) with ColwiseParallel,
-RowwiseParallel and SequenceParallel, on tpu over the "tpu" backend: outputs and
-gradients equal to the unsharded block on CPU within 1e-5."""
+"""Tensor parallel on a Llama-shaped block (RMSNorm, attention with q/k/v/o
+projections, SwiGLU MLP) with ColwiseParallel, RowwiseParallel and SequenceParallel on
+tpu: outputs and gradients equal to the unsharded block on CPU within 1e-5. Run by
+tests/dist/fsdp_tp.py under torchrun."""
 import copy
-import datetime
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
-from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Replicate, Shard
 from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
                                                SequenceParallel, parallelize_module)
@@ -51,10 +48,7 @@ class Block(torch.nn.Module):
         return x + self.mlp(self.mlp_norm(x))
 
 
-def main():
-    dist.init_process_group("tpu", timeout=datetime.timedelta(seconds=60))
-    r, n = dist.get_rank(), dist.get_world_size()
-    mesh = init_device_mesh("tpu", (n,))
+def llama_block(r, n, mesh):
     torch.manual_seed(0)
     ref = Block()
     tp = copy.deepcopy(ref).to("tpu")
@@ -77,9 +71,3 @@ def main():
     for (name, a), b in zip(tp.named_parameters(), ref.parameters()):
         g = a.grad.full_tensor() if hasattr(a.grad, "full_tensor") else a.grad
         torch.testing.assert_close(g.cpu(), b.grad, rtol=1e-5, atol=1e-5, msg=name)
-    dist.destroy_process_group()
-    print(f"rank {r}/{n}: Llama-shaped block TP+SP OK", flush=True)
-
-
-if __name__ == "__main__":
-    main()
