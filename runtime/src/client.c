@@ -195,6 +195,12 @@ const tpu_plugin_t* tpu_client_plugin(void) {
   return st ? &st->plugin : NULL;
 }
 
+tpu_status_t* tpu_runtime_check_device(int device) {
+  const int n = tpu_runtime_device_count();
+  if (device >= 0 && device < n) return NULL;
+  return TPU_STATUS(TPU_INVALID_ARGUMENT, "tpu:%d is not a device (%d device(s))", device, n);
+}
+
 void tpu_runtime_set_eager_mode(tpu_eager_mode_t mode) {
   if (mode == TPU_EAGER_DEBUG || mode == TPU_EAGER_STRICT) atomic_store(&g_eager_mode, (int)mode);
 }

@@ -47,6 +47,9 @@ tpu_status_t* tpu_executable_execute(tpu_executable_t* exe, int device, int narg
                                      const tpu_aval_t* out_avals, const char* producer,
                                      tpu_buffer_t** out_buffers);
 
+/* INVALID_ARGUMENT naming the device unless 0 <= device < device count. */
+tpu_status_t* tpu_runtime_check_device(int device);
+
 /* Records a buffer whose work is in flight so tpu_runtime_synchronize can wait
  * for it (implemented in the client; bounded list, oldest dropped once ready). */
 void tpu_runtime_track_inflight(tpu_buffer_t* buf); /* retains `buf` */

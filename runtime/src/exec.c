@@ -395,8 +395,7 @@ static tpu_status_t* tpu_exec_launch(const tpu_exec_req_t* r, const tpu_compiled
 static tpu_status_t* tpu_exec_run_req(const tpu_exec_req_t* r, tpu_buffer_t** out_buffers, int* out_nouts) {
   *out_nouts = 0;
   if (!tpu_runtime_initialized()) return TPU_STATUS(TPU_FAILED_PRECONDITION, "torchtpu runtime is not initialised");
-  if (r->device < 0 || r->device >= tpu_runtime_device_count())
-    return TPU_STATUS(TPU_INVALID_ARGUMENT, "tpu:%d is not a device", r->device);
+  TPU_RETURN_IF_ERROR(tpu_runtime_check_device(r->device));
   tpu_snapshot_t s;
   TPU_RETURN_IF_ERROR(tpu_snapshot_take(r->device, r->args, r->nargs, &s));
   tpu_cache_entry_t* entry = NULL;

@@ -8,35 +8,27 @@
 #include "device.h"
 #include "exec.h"
 
-static tpu_status_t* check_device(int device) {
-  if (device < 0 || device >= tpu_runtime_device_count()) {
-    return TPU_STATUS(TPU_INVALID_ARGUMENT, "tpu:%d is not a device (device count %d)", device,
-                      tpu_runtime_device_count());
-  }
-  return NULL;
-}
-
 tpu_status_t* tpu_memory_stats(int device, tpu_memory_stats_t* out_stats) {
   if (!out_stats) return TPU_STATUS(TPU_INVALID_ARGUMENT, "out_stats is NULL");
   if (out_stats->struct_size < sizeof(tpu_memory_stats_t)) {
     return TPU_STATUS(TPU_INVALID_ARGUMENT, "tpu_memory_stats_t of %zu bytes, need %zu",
                       out_stats->struct_size, sizeof(tpu_memory_stats_t));
   }
-  TPU_RETURN_IF_ERROR(check_device(device));
+  TPU_RETURN_IF_ERROR(tpu_runtime_check_device(device));
   tpu_runtime_retire_inflight();
   tpu_memory_counters_read(device, out_stats);
   return NULL;
 }
 
 tpu_status_t* tpu_memory_reset_peak(int device) {
-  TPU_RETURN_IF_ERROR(check_device(device));
+  TPU_RETURN_IF_ERROR(tpu_runtime_check_device(device));
   tpu_runtime_retire_inflight();
   tpu_memory_counters_reset(device, true);
   return NULL;
 }
 
 tpu_status_t* tpu_memory_reset_accumulated(int device) {
-  TPU_RETURN_IF_ERROR(check_device(device));
+  TPU_RETURN_IF_ERROR(tpu_runtime_check_device(device));
   tpu_memory_counters_reset(device, false);
   return NULL;
 }
@@ -57,7 +49,7 @@ static int64_t meminfo_bytes(const char* text, const char* key) {
 tpu_status_t* tpu_memory_info(int device, int64_t* out_free, int64_t* out_total) {
   if (!out_free || !out_total) return TPU_STATUS(TPU_INVALID_ARGUMENT, "output is NULL");
   *out_free = *out_total = -1;
-  TPU_RETURN_IF_ERROR(check_device(device));
+  TPU_RETURN_IF_ERROR(tpu_runtime_check_device(device));
   const char* platform = tpu_runtime_platform_name();
   if (strcmp(platform, "cpu") != 0) {
     return TPU_STATUS(TPU_UNIMPLEMENTED,

@@ -18,9 +18,7 @@ static pthread_mutex_t tpu_slot_mu = PTHREAD_MUTEX_INITIALIZER;
 
 tpu_status_t* tpu_storage_create(int device, size_t nbytes, tpu_storage_t** out_storage) {
   *out_storage = NULL;
-  if (device < 0 || device >= tpu_runtime_device_count())
-    return TPU_STATUS(TPU_INVALID_ARGUMENT, "tpu:%d is not a device (device count %d)", device,
-                      tpu_runtime_device_count());
+  TPU_RETURN_IF_ERROR(tpu_runtime_check_device(device));
   tpu_storage_t* s = calloc(1, sizeof(*s));
   if (!s) return TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "storage: out of host memory");
   atomic_init(&s->refcount, 1);

@@ -185,10 +185,7 @@ static tpu_status_t* query_selected(const selector_t* sel, bool* out_done) {
 /* ---- streams ---- */
 
 static tpu_status_t* check_stream(int device, int64_t stream) {
-  if (device < 0 || device >= tpu_runtime_device_count()) {
-    return TPU_STATUS(TPU_INVALID_ARGUMENT, "tpu:%d is not a device (%d device(s))", device,
-                      tpu_runtime_device_count());
-  }
+  TPU_RETURN_IF_ERROR(tpu_runtime_check_device(device));
   if (stream < 0 || stream >= atomic_load(&g_next_stream)) {
     return TPU_STATUS(TPU_INVALID_ARGUMENT, "tpu:%d has no stream %lld", device, (long long)stream);
   }

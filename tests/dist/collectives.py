@@ -34,6 +34,13 @@ def run_all():
     xi = t([r], torch.int64)
     dist.all_reduce(xi)
     assert xi.item() == n * (n - 1) // 2
+    try:  # gloo has no AVG; an integer average is refused on every rank before data moves
+        dist.all_reduce(xi, op=dist.ReduceOp.AVG)
+    except RuntimeError as e:
+        assert "floating-point" in str(e), e
+    else:
+        raise AssertionError("an integer AVG all_reduce was accepted")
+    assert xi.item() == n * (n - 1) // 2  # untouched
     # broadcast / reduce
     x = t([float(r), 7.0])
     dist.broadcast(x, src=n - 1)

@@ -152,7 +152,7 @@ class TpuBackend final : public c10d::Backend {
                         [&](Tensors& ho, TensorLists& hi) { return host_->scatter(ho, hi, o); });
   }
   WorkPtr reduce_scatter(Tensors& outs, TensorLists& ins, const c10d::ReduceScatterOptions& o) override {
-    check_op("reduce_scatter", o.reduceOp);
+    check_op("reduce_scatter", o.reduceOp, outs);
     WorkPtr w = run_in_lists("reduce_scatter", OpType::REDUCE_SCATTER, outs, ins, [&](Tensors& ho, TensorLists& hi) {
       return host_->reduce_scatter(ho, hi, with_sum(o));
     });
@@ -160,8 +160,8 @@ class TpuBackend final : public c10d::Backend {
     return w;
   }
   WorkPtr _reduce_scatter_base(at::Tensor& out, at::Tensor& in, const c10d::ReduceScatterOptions& o) override {
-    check_op("reduce_scatter_tensor", o.reduceOp);
     Tensors outs{out}, ins{in};
+    check_op("reduce_scatter_tensor", o.reduceOp, outs);
     WorkPtr w = run("reduce_scatter_tensor", OpType::_REDUCE_SCATTER_BASE, outs, ins, [&](Tensors& ho, Tensors& hi) {
       return host_->_reduce_scatter_base(ho[0], hi[0], with_sum(o));
     });
@@ -170,7 +170,7 @@ class TpuBackend final : public c10d::Backend {
   }
   WorkPtr reduce_scatter_tensor_coalesced(Tensors& outs, Tensors& ins,
                                           const c10d::ReduceScatterOptions& o) override {
-    check_op("reduce_scatter_tensor_coalesced", o.reduceOp);
+    check_op("reduce_scatter_tensor_coalesced", o.reduceOp, outs);
     WorkPtr w = run("reduce_scatter_tensor_coalesced", OpType::REDUCE_SCATTER_TENSOR_COALESCED, outs, ins,
                     [&](Tensors& ho, Tensors& hi) {
                       return host_->reduce_scatter_tensor_coalesced(ho, hi, with_sum(o));
@@ -271,10 +271,17 @@ class TpuBackend final : public c10d::Backend {
   }
 
   // gloo has no AVG: a SUM divided by the group size (floating point only, as
-  // an integer average would round).
-  void check_op(const char* what, const c10d::ReduceOp& op) const {
+  // an integer average would round). Checked before any data moves, so a bad
+  // call never leaves the peers half-reduced.
+  static void check_op(const char* what, const c10d::ReduceOp& op, const Tensors& outputs) {
     TORCH_CHECK(op.op_ != c10d::ReduceOp::PREMUL_SUM, "tpu c10d backend: ", what,
                 " does not support PREMUL_SUM");
+    if (op.op_ != c10d::ReduceOp::AVG) return;
+    for (const at::Tensor& t : outputs) {
+      TORCH_CHECK(at::isFloatingType(t.scalar_type()) || at::isComplexType(t.scalar_type()),
+                  "tpu c10d backend: ", what, " with ReduceOp.AVG needs a floating-point tensor, got ",
+                  t.scalar_type());
+    }
   }
   static c10d::ReduceOp host_op(const c10d::ReduceOp& op) {
     return op.op_ == c10d::ReduceOp::AVG ? c10d::ReduceOp(c10d::ReduceOp::SUM) : op;
@@ -287,21 +294,11 @@ class TpuBackend final : public c10d::Backend {
   }
   void finish_avg(const c10d::ReduceOp& op, Tensors& outs) const {
     if (op.op_ != c10d::ReduceOp::AVG) return;
-    for (at::Tensor& t : outs) {
-      TORCH_CHECK(at::isFloatingType(t.scalar_type()) || at::isComplexType(t.scalar_type()),
-                  "tpu c10d backend: ReduceOp.AVG needs a floating-point tensor, got ", t.scalar_type());
-      t.div_(getSize());
-    }
+    for (at::Tensor& t : outs) t.div_(getSize());
   }
   WorkPtr reduce_like(const char* what, OpType op, Tensors& ts, const c10d::ReduceOp& rop,
                       const std::function<WorkPtr(Tensors&, const c10d::ReduceOp&)>& call) {
-    check_op(what, rop);
-    if (rop.op_ == c10d::ReduceOp::AVG) {
-      for (const at::Tensor& t : ts) {
-        TORCH_CHECK(at::isFloatingType(t.scalar_type()) || at::isComplexType(t.scalar_type()),
-                    "tpu c10d backend: ReduceOp.AVG needs a floating-point tensor, got ", t.scalar_type());
-      }
-    }
+    check_op(what, rop, ts);
     WorkPtr w = run(what, op, ts, ts, [&](Tensors& h, Tensors&) { return call(h, host_op(rop)); });
     finish_avg(rop, ts);
     return w;
