@@ -22,7 +22,7 @@ BIND_HDRS := $(wildcard torchtpu/csrc/*.h)
 BIND_OBJS := $(patsubst torchtpu/csrc/%.cpp,$(BUILD)/bind/%.o,$(BIND_SRCS))
 BIND_SO := torchtpu/_C.so
 
-.PHONY: all setup runtime binding run test ctest pytest sanitize bench bench-quick bench-peers conformance models models-sweep wheel package-check clean
+.PHONY: all setup runtime binding run test test-modes ctest pytest sanitize bench bench-quick bench-peers conformance models models-sweep wheel package-check clean
 
 all: $(BIND_SO)
 
@@ -83,8 +83,18 @@ binding: $(BIND_SO)
 run: $(STAMP) $(BIND_SO)
 	$(VPY) examples/demo.py
 
+# CI runs every test in strict mode, then the fused fast slice (FUSED_SLICE).
+FUSED_SLICE := tests/test_fused.py tests/test_models_fast.py tests/test_training.py tests/test_optim.py
 test: $(STAMP) $(MODELS_STAMP) $(BIND_SO) ctest
 	$(VPY) -m pytest -q tests
+	TORCHTPU_EAGER_MODE=fused $(VPY) -m pytest -q $(FUSED_SLICE)
+
+# The whole suite in each eager mode (docs/eager-modes.md); slow (about 3x make test).
+test-modes: $(STAMP) $(MODELS_STAMP) $(BIND_SO) ctest
+	for mode in debug strict fused; do \
+	  echo "== TORCHTPU_EAGER_MODE=$$mode"; \
+	  TORCHTPU_EAGER_MODE=$$mode $(VPY) -m pytest -q tests || exit 1; \
+	done
 
 bench: $(STAMP) $(BIND_SO)
 	$(VPY) bench/run.py

@@ -1,8 +1,9 @@
 """`make bench` / `make bench-quick`: torchtpu vs PyTorch on the CPU, in the same run.
 
 For every workload (bench/workloads.py) the driver starts one fresh worker process per
-backend (bench/worker.py) — "tpu" (torchtpu strict eager), "cpu" (PyTorch eager) and
-"inductor" (torch.compile on the CPU) — and then:
+backend (bench/worker.py) — "tpu" (torchtpu strict eager), "tpu-fused" (torchtpu fused
+eager), "tpu-compile", "cpu" (PyTorch eager) and "inductor" (torch.compile on the CPU) —
+and then:
 
   1. first step, cold: each worker, one after the other, builds the workload and times
      its first step including every compile (fresh process: empty in-memory executable
@@ -40,8 +41,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-BACKENDS = ["tpu", "tpu-compile", "cpu", "inductor"]
-BACKEND_LABEL = {"tpu": "torchtpu eager (tpu)", "tpu-compile": "torch.compile(backend=\"tpu\")", "cpu": "PyTorch eager CPU", "inductor": "torch.compile Inductor CPU"}
+BACKENDS = ["tpu", "tpu-fused", "tpu-compile", "cpu", "inductor"]
+BACKEND_LABEL = {"tpu": "torchtpu eager (tpu)", "tpu-fused": "torchtpu fused eager", "tpu-compile": "torch.compile(backend=\"tpu\")", "cpu": "PyTorch eager CPU", "inductor": "torch.compile Inductor CPU"}
 
 # repeats / warm-up per workload (full, quick)
 PLAN = {
@@ -154,7 +155,7 @@ class Worker:
             self.cache_state = ("reused: kept across --quick runs" if inductor_cache and os.path.isdir(inductor_cache)
                                 and os.listdir(inductor_cache) else "empty (cold)")
         if backend.startswith("tpu"):
-            env["TORCHTPU_EAGER_MODE"] = "strict"
+            env["TORCHTPU_EAGER_MODE"] = "fused" if backend == "tpu-fused" else "strict"
             # Cold compile: the disk compile cache in an empty directory of this worker's own
             # (unless the driver hands it a populated one: the warm first-step worker).
             self.tpu_cache_dir = tpu_cache_dir or os.path.join(self.tmp, "torchtpu-cache")
@@ -259,7 +260,7 @@ def _dir_usage(path):
     return n, size
 
 
-WARM_BACKENDS = ("tpu", "tpu-compile")
+WARM_BACKENDS = ("tpu", "tpu-fused", "tpu-compile")
 
 
 def run_workload(name, cfg, backends, plan, log_dir, log, skip=None, extra_env=None, warm_first=True):
@@ -434,7 +435,8 @@ def run_workload(name, cfg, backends, plan, log_dir, log, skip=None, extra_env=N
         if b.startswith("tpu") and n:
             row["tpu_per_step"] = {k: tm.get(k, 0) / n for k in
                                    ("ops_executed", "executions", "compiles", "cache_hits", "cache_misses",
-                                    "h2d_bytes", "d2h_bytes", "h2d_transfers", "d2h_transfers", "fallbacks")}
+                                    "h2d_bytes", "d2h_bytes", "h2d_transfers", "d2h_transfers", "fallbacks",
+                                    "fused_ops", "fused_flushes", "fused_programs")}
             row["tpu_timed_compiles"] = tm.get("compiles", 0)
     log(f"  ({time.perf_counter() - t0:.1f} s)")
     return list(rows.values())
@@ -500,6 +502,29 @@ def peak_mem_text(r):
     if rss is not None:
         parts.append(f"RSS +{_fmt(_mb(rss))} MB")
     return "; ".join(parts) or "—"
+
+
+def _fused_vs_strict(L, rows):
+    """Fused eager against strict eager, same run: step-time ratio, and per step the
+    executions each launched and the programs fused mode built."""
+    by = {(r["workload"], r["backend"]): r for r in rows}
+    pairs = [(w, by[(w, "tpu")], by[(w, "tpu-fused")]) for (w, b) in by if b == "tpu" and (w, "tpu-fused") in by]
+    if not pairs:
+        return
+    L.append("### Fused eager vs strict eager\n")
+    L.append("fused / strict = strict median step time / fused median step time (> 1: fused is faster). "
+             "For the dispatch workload the median is per op (µs/op).\n")
+    L.append("| workload | strict median | fused median | fused / strict | fused vs CPU eager | "
+             "strict executions/step | fused executions/step | fused programs built/step |")
+    L.append("|---|---|---|---|---|---|---|---|")
+    for w, s_row, f_row in pairs:
+        ss, fs = s_row.get("stats_s"), f_row.get("stats_s")
+        ratio = ss["median"] / fs["median"] if ss and fs else None
+        sps, fps = s_row.get("tpu_per_step") or {}, f_row.get("tpu_per_step") or {}
+        L.append(f"| {w} | {_secs(ss['median']) if ss else '—'} | {_secs(fs['median']) if fs else '—'} | "
+                 f"{_fmt(ratio)}{'×' if ratio else ''} | {_fmt(f_row.get('speedup_vs_cpu_eager'))} | "
+                 f"{_fmt(sps.get('executions'))} | {_fmt(fps.get('executions'))} | {_fmt(fps.get('fused_programs'))} |")
+    L.append("")
 
 
 def write_markdown(path, meta, rows, peak):
@@ -587,6 +612,7 @@ def write_markdown(path, meta, rows, peak):
                  f"{_fmt(ps.get('compiles'))} | {_fmt(ps.get('h2d_bytes'))} | {_fmt(ps.get('d2h_bytes'))} | "
                  f"{_secs(est) if est is not None else '—'}{share} |")
     L.append("")
+    _fused_vs_strict(L, rows)
     warm = [r for r in rows if r["backend"] in WARM_BACKENDS and r["status"] != "skipped"]
     if warm:
         L.append("## First step: cold (empty disk cache) vs warm (populated disk cache), fresh process\n")

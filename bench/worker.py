@@ -85,7 +85,7 @@ def describe_error(exc):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--backend", required=True,
-                    choices=["tpu", "tpu-compile", "cpu", "inductor", "xla", "xla-compile"])
+                    choices=["tpu", "tpu-fused", "tpu-compile", "cpu", "inductor", "xla", "xla-compile"])
     ap.add_argument("--workload", required=True)
     ap.add_argument("--cfg", required=True, help="the workload's configuration, JSON")
     ap.add_argument("--reply-fd", type=int, required=True)

@@ -426,7 +426,7 @@ def test_metrics():
 
 
 def test_eager_modes():
-    assert torchtpu.get_eager_mode() in ("strict", "debug")
+    assert torchtpu.get_eager_mode() in ("strict", "debug", "fused")
     prev = torchtpu.get_eager_mode()
     torchtpu.set_eager_mode("debug")
     assert torchtpu.get_eager_mode() == "debug"
@@ -436,9 +436,10 @@ def test_eager_modes():
     with torchtpu.eager_mode("debug"):
         assert torchtpu.get_eager_mode() == "debug"
     assert torchtpu.get_eager_mode() == "strict"
-    with pytest.raises(ValueError, match="fused.*not implemented"):
-        torchtpu.set_eager_mode("fused")
-    with pytest.raises(ValueError):
+    torchtpu.set_eager_mode("FUSED")
+    assert torchtpu.get_eager_mode() == "fused"
+    torchtpu.set_eager_mode("strict")
+    with pytest.raises(ValueError, match="expected 'debug', 'strict' or 'fused'"):
         torchtpu.set_eager_mode("nonsense")
     assert torchtpu.get_eager_mode() == "strict"
     torchtpu.set_eager_mode(prev)
@@ -450,8 +451,13 @@ def test_eager_mode_env():
     )
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.strip().endswith("debug")
-    r = _run_subprocess("import torchtpu", TORCHTPU_EAGER_MODE="fused")
-    assert r.returncode != 0 and "not implemented" in r.stderr
+    r = _run_subprocess(
+        "import torchtpu; print(torchtpu.get_eager_mode())", TORCHTPU_EAGER_MODE="fused"
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip().endswith("fused")
+    r = _run_subprocess("import torchtpu", TORCHTPU_EAGER_MODE="lazy")
+    assert r.returncode != 0 and "unknown eager mode" in r.stderr
 
 
 def test_plugin_override_env(tmp_path):

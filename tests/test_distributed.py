@@ -1,10 +1,12 @@
 """The "tpu" c10d backend under torchrun (docs/distributed.md), one CPU-plugin device
 per process: every collective on tpu tensors and DDP parity with single-process
-training (2 and 4 processes); FSDP2, DTensor tensor parallel and sequence parallel on a
-Llama-shaped block (2); FSDP2 mixed precision, distributed checkpoint and a 2-D
-(FSDP x TP) mesh (4); a dead or divergent rank raising instead of hanging (2). Each case
-is one torchrun launch of a script in tests/dist/ that checks its own results and
-prints an OK marker per rank."""
+training (2 processes with init_process_group() and no backend, under
+TORCH_DISTRIBUTED_DEBUG=DETAIL; 4 with "cpu:gloo,tpu:tpu"); FSDP2, DTensor tensor
+parallel and sequence parallel on a Llama-shaped block (2); FSDP2 mixed precision,
+distributed checkpoint and a 2-D (FSDP x TP) mesh (4); a dead or divergent rank raising
+instead of hanging, and DETAIL's check raising on a shape, dtype or collective mismatch
+(2). Each case is one torchrun launch of a script in tests/dist/ that checks its own
+results and prints an OK marker per rank."""
 import os
 import pathlib
 import subprocess
@@ -25,9 +27,13 @@ def _torchrun(script, nproc, tmp_path, *args, **extra_env):
     return r.stdout
 
 
-@pytest.mark.parametrize("nproc", [2, 4])
-def test_collectives_and_ddp(nproc, tmp_path):
-    out = _torchrun("ddp.py", nproc, tmp_path)
+DETAIL = {"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}
+
+
+@pytest.mark.parametrize("nproc,backend,env", [(2, "default", DETAIL), (4, "cpu:gloo,tpu:tpu", {})],
+                         ids=["2-default-DETAIL", "4-cpu:gloo,tpu:tpu"])
+def test_collectives_and_ddp(nproc, backend, env, tmp_path):
+    out = _torchrun("ddp.py", nproc, tmp_path, backend, **env)
     assert out.count("collectives OK") == nproc
     assert out.count("DDP OK") == nproc
 
@@ -42,7 +48,8 @@ def test_fsdp2_mixed_precision_checkpoint_and_2d_mesh(tmp_path):
     assert out.count("mixed precision, checkpoint and 2-D OK") == 4
 
 
-@pytest.mark.parametrize("failure,survivors", [("dead", 1), ("diverge", 2)])
-def test_failures_raise_instead_of_hanging(failure, survivors, tmp_path):
-    out = _torchrun("failures.py", 2, tmp_path, FAILURE=failure)
+@pytest.mark.parametrize("failure,survivors,env", [("dead", 1, {}), ("diverge", 2, {}), ("mismatch", 2, DETAIL)],
+                         ids=["dead", "diverge", "mismatch-DETAIL"])
+def test_failures_raise_instead_of_hanging(failure, survivors, env, tmp_path):
+    out = _torchrun("failures.py", 2, tmp_path, FAILURE=failure, **env)
     assert out.count("s: OK") == survivors

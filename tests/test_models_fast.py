@@ -3,6 +3,7 @@
 against CPU from the same weights. Tolerances and their reasons: tests/models/checks.py.
 `make models` runs every family and check and writes reports/models.md."""
 import functools
+import os
 
 import pytest
 import torch
@@ -25,9 +26,10 @@ def _base(name):
 
 
 @pytest.fixture(autouse=True)
-def _debug_mode():
-    # errors surface on the op's own line, so a failure names the op
-    with torchtpu.eager_mode("debug"):
+def _eager_mode():
+    # debug by default: errors surface on the op's own line, so a failure names the op;
+    # TORCHTPU_EAGER_MODE picks another mode (make test-modes, the fused slice of make test)
+    with torchtpu.eager_mode(os.environ.get("TORCHTPU_EAGER_MODE") or "debug"):
         yield
 
 

@@ -134,22 +134,20 @@ if hasattr(_tensor_str_mod, "_tensor_str") and not getattr(
 
 # ---- eager modes (DESIGN.md §5) ----
 
-_EAGER_MODES = {"debug": 0, "strict": 1}
+_EAGER_MODES = {"debug": 0, "strict": 1, "fused": 2}
 _EAGER_NAMES = {v: k for k, v in _EAGER_MODES.items()}
 
 
 def set_eager_mode(mode: str) -> None:
-    """Selects the eager execution mode: "debug" (synchronous) or "strict" (async)."""
+    """Selects the eager execution mode: "debug" (synchronous), "strict" (async,
+    op by op) or "fused" (ops recorded and run as one program at each sync point;
+    docs/eager-modes.md). Leaving "fused" runs what it recorded."""
     if not isinstance(mode, str):
         raise TypeError(f"eager mode must be a string, got {type(mode).__name__}")
     m = mode.lower()
-    if m == "fused":
-        raise ValueError(
-            "torchtpu: eager mode 'fused' is not implemented yet; use 'strict' or 'debug'"
-        )
     if m not in _EAGER_MODES:
         raise ValueError(
-            f"torchtpu: unknown eager mode {mode!r}; expected 'debug' or 'strict'"
+            f"torchtpu: unknown eager mode {mode!r}; expected 'debug', 'strict' or 'fused'"
         )
     _C.set_eager_mode(_EAGER_MODES[m])
 

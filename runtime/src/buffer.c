@@ -10,17 +10,31 @@
 
 #define TPU_PRODUCER_MAX 64
 
+/* A buffer is REAL (it owns `pjrt`) or a placeholder for a value of a fused
+ * program not run yet (fuse.c): PENDING until that program runs, then RESOLVED
+ * (`target` holds the real buffer) or FAILED (`error` says why). The state is
+ * written once by the flusher, under its queue lock, after target/error. */
+enum { BUF_REAL = 0, BUF_PENDING, BUF_RESOLVED, BUF_FAILED };
+
 struct tpu_buffer {
   atomic_int refs;
   /* Set once the producer is known to have finished without error, so later
    * waits skip creating PJRT events. */
   atomic_bool ready;
+  atomic_int state;
   PJRT_Buffer* pjrt;
+  tpu_buffer_t* target;     /* RESOLVED: the real buffer (retained) */
+  tpu_status_t* error;      /* FAILED: why the program did not run */
+  bool counted;             /* a placeholder counts its bytes until resolved */
+  int32_t fuse_value;       /* PENDING: its value in its device's fused queue... */
+  uint64_t fuse_epoch;      /* ...of this epoch */
   tpu_aval_t aval;
   int device;
   size_t nbytes;
   char producer[TPU_PRODUCER_MAX]; /* "" for host uploads */
 };
+
+static tpu_pending_hooks_t g_hooks; /* set once by fuse.c before the first placeholder */
 
 static const int kPjrtType[] = {
     [TPU_BOOL] = PJRT_Buffer_Type_PRED, /* 1 byte per element on host, as in PyTorch */
@@ -75,6 +89,22 @@ static void pjrt_buffer_destroy(const PJRT_Api* api, PJRT_Buffer* pjrt) {
   tpu_status_free(TPU_PJRT_CALL(api, Buffer_Destroy, &args));
 }
 
+static void buffer_init(tpu_buffer_t* buf, int device, const tpu_aval_t* aval, size_t nbytes, const char* producer) {
+  atomic_init(&buf->refs, 1);
+  atomic_init(&buf->ready, false);
+  atomic_init(&buf->state, BUF_REAL);
+  buf->aval = *aval;
+  buf->device = device;
+  buf->nbytes = nbytes;
+  if (producer) {
+    /* A bounded copy: snprintf's formatting cost showed up in every op's profile. */
+    size_t len = strnlen(producer, sizeof buf->producer - 1);
+    memcpy(buf->producer, producer, len);
+    buf->producer[len] = '\0';
+  }
+  tpu_memory_note_alloc(device, nbytes);
+}
+
 tpu_status_t* tpu_buffer_wrap(PJRT_Buffer* pjrt, int device, const tpu_aval_t* aval,
                               const char* producer, tpu_buffer_t** out_buffer) {
   const PJRT_Api* api = api_or_null();
@@ -89,24 +119,86 @@ tpu_status_t* tpu_buffer_wrap(PJRT_Buffer* pjrt, int device, const tpu_aval_t* a
     pjrt_buffer_destroy(api, pjrt);
     return status;
   }
-  atomic_init(&buf->refs, 1);
-  atomic_init(&buf->ready, false);
+  buffer_init(buf, device, aval, nbytes, producer);
   buf->pjrt = pjrt;
-  buf->aval = *aval;
-  buf->device = device;
-  buf->nbytes = nbytes;
-  if (producer) {
-    /* A bounded copy: snprintf's formatting cost showed up in every op's profile. */
-    size_t len = strnlen(producer, sizeof buf->producer - 1);
-    memcpy(buf->producer, producer, len);
-    buf->producer[len] = '\0';
-  }
-  tpu_memory_note_alloc(device, nbytes);
   *out_buffer = buf;
   return NULL;
 }
 
-PJRT_Buffer* tpu_buffer_pjrt(const tpu_buffer_t* buf) { return buf ? buf->pjrt : NULL; }
+tpu_status_t* tpu_buffer_create_pending(int device, const tpu_aval_t* aval, const char* producer, int32_t value,
+                                        uint64_t epoch, tpu_buffer_t** out_buffer) {
+  *out_buffer = NULL;
+  size_t nbytes = 0;
+  TPU_RETURN_IF_ERROR(aval_nbytes(aval, &nbytes));
+  tpu_buffer_t* buf = calloc(1, sizeof *buf);
+  if (!buf) return TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "out of memory");
+  buffer_init(buf, device, aval, nbytes, producer);
+  atomic_init(&buf->state, BUF_PENDING);
+  buf->counted = true;
+  buf->fuse_value = value;
+  buf->fuse_epoch = epoch;
+  *out_buffer = buf;
+  return NULL;
+}
+
+bool tpu_buffer_pending_value(const tpu_buffer_t* buf, uint64_t epoch, int32_t* out_value) {
+  if (!buf || atomic_load_explicit(&buf->state, memory_order_acquire) != BUF_PENDING || buf->fuse_epoch != epoch)
+    return false;
+  *out_value = buf->fuse_value;
+  return true;
+}
+
+bool tpu_buffer_is_pending(const tpu_buffer_t* buf) {
+  return buf && atomic_load_explicit(&buf->state, memory_order_acquire) == BUF_PENDING;
+}
+
+tpu_status_t* tpu_buffer_error(const tpu_buffer_t* buf) {
+  if (!buf || atomic_load_explicit(&buf->state, memory_order_acquire) != BUF_FAILED) return NULL;
+  return TPU_STATUS(tpu_status_code(buf->error), "%s", tpu_status_message(buf->error));
+}
+
+void tpu_buffer_resolve(tpu_buffer_t* buf, tpu_buffer_t* real) {
+  buf->target = tpu_buffer_retain(real);
+  /* The real buffer counts its bytes from now on. */
+  if (buf->counted) tpu_memory_note_free(buf->device, buf->nbytes);
+  buf->counted = false;
+  atomic_store_explicit(&buf->state, BUF_RESOLVED, memory_order_release);
+}
+
+void tpu_buffer_fail(tpu_buffer_t* buf, const tpu_status_t* why) {
+  buf->error = TPU_STATUS(tpu_status_code(why), "%s", tpu_status_message(why));
+  atomic_store_explicit(&buf->state, BUF_FAILED, memory_order_release);
+}
+
+void tpu_buffer_set_pending_hooks(const tpu_pending_hooks_t* hooks) { g_hooks = *hooks; }
+
+tpu_status_t* tpu_buffer_flush_pending(int device) { return g_hooks.flush ? g_hooks.flush(device) : NULL; }
+
+/* The real buffer behind `buf`: itself, or a placeholder's target once its
+ * program has run (run now if it has not). */
+static tpu_status_t* buffer_real(tpu_buffer_t* buf, tpu_buffer_t** out_real) {
+  *out_real = buf;
+  int state = atomic_load_explicit(&buf->state, memory_order_acquire);
+  if (state == BUF_PENDING) {
+    TPU_RETURN_IF_ERROR(tpu_buffer_flush_pending(buf->device));
+    state = atomic_load_explicit(&buf->state, memory_order_acquire);
+  }
+  switch (state) {
+    case BUF_REAL: return NULL;
+    case BUF_RESOLVED: *out_real = buf->target; return NULL;
+    case BUF_FAILED: return tpu_buffer_error(buf);
+    default: return TPU_STATUS(TPU_INTERNAL, "a fused program left %s's result unresolved", buf->producer);
+  }
+}
+
+tpu_status_t* tpu_buffer_materialize(tpu_buffer_t* buf, PJRT_Buffer** out_pjrt) {
+  *out_pjrt = NULL;
+  if (!buf) return TPU_STATUS(TPU_INVALID_ARGUMENT, "buffer is NULL");
+  tpu_buffer_t* real = NULL;
+  TPU_RETURN_IF_ERROR(buffer_real(buf, &real));
+  *out_pjrt = real->pjrt;
+  return NULL;
+}
 
 static tpu_status_t* from_host(int device, const void* data, const tpu_aval_t* aval,
                                tpu_buffer_t** out_buffer) {
@@ -153,6 +245,11 @@ static tpu_status_t* annotate(const tpu_buffer_t* buf, tpu_status_t* status) {
 tpu_status_t* tpu_buffer_check(tpu_buffer_t* buf, bool wait, bool* out_ready) {
   if (out_ready) *out_ready = false;
   if (!buf) return TPU_STATUS(TPU_INVALID_ARGUMENT, "buffer is NULL");
+  tpu_status_t* unresolved = buffer_real(buf, &buf);
+  if (unresolved) {
+    if (out_ready) *out_ready = true; /* it will never run: that is the error */
+    return unresolved;
+  }
   if (atomic_load_explicit(&buf->ready, memory_order_acquire)) {
     if (out_ready) *out_ready = true;
     return NULL;
@@ -204,6 +301,7 @@ static void on_ready_trampoline(PJRT_Error* error, void* user_arg) {
 
 tpu_status_t* tpu_buffer_on_ready(tpu_buffer_t* buf, void (*fn)(void* user), void* user) {
   if (!buf || !fn) return TPU_STATUS(TPU_INVALID_ARGUMENT, "on_ready: buffer or callback is NULL");
+  TPU_RETURN_IF_ERROR(buffer_real(buf, &buf));
   if (atomic_load_explicit(&buf->ready, memory_order_acquire)) {
     fn(user);
     return NULL;
@@ -246,6 +344,7 @@ static tpu_status_t* to_host(tpu_buffer_t* buf, void* dst, size_t nbytes) {
   }
   if (!dst && nbytes > 0) return TPU_STATUS(TPU_INVALID_ARGUMENT, "to_host: dst is NULL");
   tpu_metric_add(TPU_METRIC_SYNCS, 1);
+  TPU_RETURN_IF_ERROR(buffer_real(buf, &buf));
   /* Wait for the producer first so its failure is reported as the producer's,
    * not as a transfer error. */
   bool ready = false;
@@ -288,9 +387,21 @@ tpu_buffer_t* tpu_buffer_retain(tpu_buffer_t* buf) {
 void tpu_buffer_release(tpu_buffer_t* buf) {
   if (!buf) return;
   if (atomic_fetch_sub_explicit(&buf->refs, 1, memory_order_acq_rel) != 1) return;
-  /* After a shutdown the client (and its buffers) are gone; only free ours. */
-  pjrt_buffer_destroy(api_or_null(), buf->pjrt);
-  tpu_memory_note_free(buf->device, buf->nbytes);
+  int state = atomic_load_explicit(&buf->state, memory_order_acquire);
+  if (state == BUF_PENDING && g_hooks.dead) {
+    /* No longer wanted from its fused program (which may be running it now). */
+    g_hooks.dead(buf);
+    state = atomic_load_explicit(&buf->state, memory_order_acquire);
+  }
+  if (state == BUF_REAL) {
+    /* After a shutdown the client (and its buffers) are gone; only free ours. */
+    pjrt_buffer_destroy(api_or_null(), buf->pjrt);
+    tpu_memory_note_free(buf->device, buf->nbytes);
+  } else {
+    if (buf->counted) tpu_memory_note_free(buf->device, buf->nbytes);
+    tpu_buffer_release(buf->target);
+    tpu_status_free(buf->error);
+  }
   free(buf);
 }
 

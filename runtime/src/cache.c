@@ -25,8 +25,13 @@ static pthread_mutex_t tpu_cache_mu = PTHREAD_MUTEX_INITIALIZER;
 static tpu_cache_entry_t* tpu_cache_buckets[TPU_CACHE_BUCKETS];
 static tpu_cache_entry_t* tpu_lru_head; /* most recent */
 static tpu_cache_entry_t* tpu_lru_tail;
-static size_t tpu_cache_count;
+static size_t tpu_cache_count;  /* entries */
+static size_t tpu_cache_weight; /* their total weight, bounded by the capacity */
 static size_t tpu_cache_capacity;
+
+static size_t tpu_entry_weight(const tpu_cache_entry_t* e) {
+  return e->compiled.weight > 0 ? (size_t)e->compiled.weight : 1;
+}
 
 uint64_t tpu_hash_bytes(const uint8_t* data, size_t len) {
   uint64_t h = 1469598103934665603ULL; /* FNV-1a */
@@ -85,6 +90,7 @@ static void tpu_cache_unlink_locked(tpu_cache_entry_t* e) {
   if (*p) *p = e->next;
   tpu_lru_unlink(e);
   tpu_cache_count--;
+  tpu_cache_weight -= tpu_entry_weight(e);
 }
 
 tpu_cache_entry_t* tpu_cache_lookup(const uint8_t* key, size_t len, uint64_t hash) {
@@ -128,7 +134,7 @@ tpu_status_t* tpu_cache_insert(const uint8_t* key, size_t len, uint64_t hash, tp
   e->compiled = *compiled;
   memset(compiled, 0, sizeof(*compiled));
   atomic_init(&e->refs, 2); /* the table's and the caller's */
-  tpu_cache_entry_t* evicted = NULL;
+  tpu_cache_entry_t* evicted = NULL; /* chained through lru_next once unlinked */
   pthread_mutex_lock(&tpu_cache_mu);
   tpu_cache_entry_t* existing = tpu_cache_find_locked(key, len, hash);
   if (existing) {
@@ -143,12 +149,19 @@ tpu_status_t* tpu_cache_insert(const uint8_t* key, size_t len, uint64_t hash, tp
   tpu_cache_buckets[b] = e;
   tpu_lru_push_front(e);
   tpu_cache_count++;
-  if (tpu_cache_count > tpu_cache_capacity_get() && tpu_lru_tail != e) {
-    evicted = tpu_lru_tail;
-    tpu_cache_unlink_locked(evicted);
+  tpu_cache_weight += tpu_entry_weight(e);
+  while (tpu_cache_weight > tpu_cache_capacity_get() && tpu_lru_tail && tpu_lru_tail != e) {
+    tpu_cache_entry_t* old = tpu_lru_tail;
+    tpu_cache_unlink_locked(old);
+    old->lru_next = evicted;
+    evicted = old;
   }
   pthread_mutex_unlock(&tpu_cache_mu);
-  tpu_cache_entry_release(evicted);
+  while (evicted) {
+    tpu_cache_entry_t* next = evicted->lru_next;
+    tpu_cache_entry_release(evicted);
+    evicted = next;
+  }
   *out_entry = e;
   return NULL;
 }
@@ -159,6 +172,7 @@ void tpu_cache_clear(void) {
   tpu_lru_head = tpu_lru_tail = NULL;
   memset(tpu_cache_buckets, 0, sizeof(tpu_cache_buckets));
   tpu_cache_count = 0;
+  tpu_cache_weight = 0;
   pthread_mutex_unlock(&tpu_cache_mu);
   while (all) {
     tpu_cache_entry_t* next = all->lru_next;

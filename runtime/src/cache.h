@@ -17,12 +17,17 @@ typedef struct tpu_compiled {
   int nouts;             /* results the op returns */
   tpu_aval_t* out_avals; /* nouts entries, one more when checked */
   bool checked;          /* check.h: the executable also returns the error word */
+  /* What it costs the cache's capacity (0 counts as 1): a fused program of n
+   * ops weighs n, since the plugin maps code per kernel and a process may only
+   * hold so many mappings (vm.max_map_count). */
+  int weight;
 } tpu_compiled_t;
 
 /* Returns a referenced entry or NULL. */
 tpu_cache_entry_t* tpu_cache_lookup(const uint8_t* key, size_t len, uint64_t hash);
 /* Inserts (taking ownership of `compiled`'s contents) and returns a referenced
- * entry; when another thread inserted the same key first, that one is returned
+ * entry, evicting least recently used ones while the total weight exceeds the
+ * capacity (TORCHTPU_CACHE_CAPACITY); when another thread inserted the same key first, that one is returned
  * and `compiled` is destroyed. */
 tpu_status_t* tpu_cache_insert(const uint8_t* key, size_t len, uint64_t hash, tpu_compiled_t* compiled,
                                tpu_cache_entry_t** out_entry);

@@ -202,7 +202,10 @@ tpu_status_t* tpu_runtime_check_device(int device) {
 }
 
 void tpu_runtime_set_eager_mode(tpu_eager_mode_t mode) {
-  if (mode == TPU_EAGER_DEBUG || mode == TPU_EAGER_STRICT) atomic_store(&g_eager_mode, (int)mode);
+  if (mode != TPU_EAGER_DEBUG && mode != TPU_EAGER_STRICT && mode != TPU_EAGER_FUSED) return;
+  int old = atomic_exchange(&g_eager_mode, (int)mode);
+  /* What fused mode recorded runs now; a failure stays with its results. */
+  if (old == TPU_EAGER_FUSED && mode != TPU_EAGER_FUSED) tpu_status_free(tpu_buffer_flush_pending(-1));
 }
 tpu_eager_mode_t tpu_runtime_eager_mode(void) {
   return (tpu_eager_mode_t)atomic_load(&g_eager_mode);

@@ -36,12 +36,48 @@ const tpu_aval_t* tpu_buffer_aval(const tpu_buffer_t* buf);
 int tpu_buffer_device(const tpu_buffer_t* buf);
 size_t tpu_buffer_nbytes(const tpu_buffer_t* buf);
 
-/* Compiles StableHLO text (portable: runs on any device). `nouts` is checked. */
+/* ---- placeholders: results of a fused program not run yet (fuse.c) ----
+ * A placeholder has its aval at once; everything that needs its data (a
+ * download, an execution that reads it, a readiness query) runs its device's
+ * pending program first through the hooks, so it never needs to know fuse.c. */
+typedef struct tpu_pending_hooks {
+  /* Runs the pending program of `device` (-1: every device). */
+  tpu_status_t* (*flush)(int device);
+  /* `buf` (still PENDING) lost its last reference: its program need not keep it. */
+  void (*dead)(tpu_buffer_t* buf);
+} tpu_pending_hooks_t;
+void tpu_buffer_set_pending_hooks(const tpu_pending_hooks_t* hooks);
+tpu_status_t* tpu_buffer_flush_pending(int device);
+/* A PENDING placeholder for value `value` of `device`'s fused queue at `epoch`. */
+tpu_status_t* tpu_buffer_create_pending(int device, const tpu_aval_t* aval, const char* producer, int32_t value,
+                                        uint64_t epoch, tpu_buffer_t** out_buffer);
+bool tpu_buffer_is_pending(const tpu_buffer_t* buf);
+/* Why a placeholder's program failed (a new status), or NULL for any other buffer. */
+tpu_status_t* tpu_buffer_error(const tpu_buffer_t* buf);
+/* True (and its value) when `buf` is PENDING in the queue epoch `epoch`. */
+bool tpu_buffer_pending_value(const tpu_buffer_t* buf, uint64_t epoch, int32_t* out_value);
+/* The flusher's outcome for a PENDING placeholder: its real buffer (retained),
+ * or why its program did not run (copied). Called once, under the queue lock. */
+void tpu_buffer_resolve(tpu_buffer_t* buf, tpu_buffer_t* real);
+void tpu_buffer_fail(tpu_buffer_t* buf, const tpu_status_t* why);
+
+/* Compiles StableHLO text (portable: runs on any device). `nouts` is checked.
+ * The executable keeps its text, so fuse.c can call it from a larger program. */
 tpu_status_t* tpu_executable_compile(const char* mlir, size_t len, int nouts,
                                      tpu_executable_t** out_exe);
+/* Executables are reference counted: destroy drops one reference. */
+tpu_executable_t* tpu_executable_retain(tpu_executable_t* exe);
 void tpu_executable_destroy(tpu_executable_t* exe);
-/* Runs on `device`; outputs get `out_avals` and remember `producer` (op name,
- * copied) for error messages. In debug eager mode waits for the outputs. */
+/* Process-unique id (never reused) and the StableHLO text it was compiled from (borrowed). */
+uint64_t tpu_executable_id(const tpu_executable_t* exe);
+const char* tpu_executable_text(const tpu_executable_t* exe, size_t* out_len);
+/* Runs on `device` now; outputs get `out_avals` and remember `producer` (op
+ * name, copied) for error messages. In debug eager mode waits for the outputs. */
+tpu_status_t* tpu_executable_launch(tpu_executable_t* exe, int device, int nargs, tpu_buffer_t* const* args,
+                                    int nouts, const tpu_aval_t* out_avals, const char* producer,
+                                    tpu_buffer_t** out_buffers);
+/* What ops call (fuse.c): tpu_executable_launch, or in fused eager mode the
+ * execution recorded into the device's pending program, its outputs placeholders. */
 tpu_status_t* tpu_executable_execute(tpu_executable_t* exe, int device, int nargs,
                                      tpu_buffer_t* const* args, int nouts,
                                      const tpu_aval_t* out_avals, const char* producer,

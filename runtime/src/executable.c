@@ -10,9 +10,15 @@
 #include "pjrt/pjrt.h"
 
 struct tpu_executable {
+  atomic_int refs;
+  uint64_t id;
   PJRT_LoadedExecutable* loaded;
   int nouts;
+  char* text; /* the StableHLO it came from (fuse.c inlines it) */
+  size_t text_len;
 };
+
+static atomic_uint_fast64_t g_next_exe_id = 1;
 
 /* Serialized xla.CompileOptionsProto: compile_portable_executable = true (so
  * execute_device may pick any device), then executable_build_options {
@@ -168,22 +174,44 @@ tpu_status_t* tpu_executable_compile(const char* mlir, size_t len, int nouts,
   if (!status && n != (size_t)nouts) {
     status = TPU_STATUS(TPU_INTERNAL, "compiled program has %zu outputs, expected %d", n, nouts);
   }
-  tpu_executable_t* exe = status ? NULL : malloc(sizeof *exe);
-  if (!status && !exe) status = TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "out of memory");
+  tpu_executable_t* exe = status ? NULL : calloc(1, sizeof *exe);
+  char* text = status ? NULL : malloc(len + 1);
+  if (!status && (!exe || !text)) status = TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "out of memory");
   if (status) {
+    free(exe);
+    free(text);
     loaded_destroy(api, loaded);
     return status;
   }
+  memcpy(text, mlir, len);
+  text[len] = '\0';
+  atomic_init(&exe->refs, 1);
+  exe->id = atomic_fetch_add(&g_next_exe_id, 1);
   exe->loaded = loaded;
   exe->nouts = nouts;
+  exe->text = text;
+  exe->text_len = len;
   *out_exe = exe;
   return NULL;
 }
 
+tpu_executable_t* tpu_executable_retain(tpu_executable_t* exe) {
+  if (exe) atomic_fetch_add_explicit(&exe->refs, 1, memory_order_relaxed);
+  return exe;
+}
+
 void tpu_executable_destroy(tpu_executable_t* exe) {
-  if (!exe) return;
+  if (!exe || atomic_fetch_sub_explicit(&exe->refs, 1, memory_order_acq_rel) != 1) return;
   loaded_destroy(tpu_client_api(), exe->loaded);
+  free(exe->text);
   free(exe);
+}
+
+uint64_t tpu_executable_id(const tpu_executable_t* exe) { return exe->id; }
+
+const char* tpu_executable_text(const tpu_executable_t* exe, size_t* out_len) {
+  *out_len = exe->text_len;
+  return exe->text;
 }
 
 static tpu_status_t* validate_execute(const tpu_executable_t* exe, int device, int nargs,
@@ -236,10 +264,9 @@ static void release_all(int n, tpu_buffer_t** bufs) {
   }
 }
 
-tpu_status_t* tpu_executable_execute(tpu_executable_t* exe, int device, int nargs,
-                                     tpu_buffer_t* const* args, int nouts,
-                                     const tpu_aval_t* out_avals, const char* producer,
-                                     tpu_buffer_t** out_buffers) {
+tpu_status_t* tpu_executable_launch(tpu_executable_t* exe, int device, int nargs, tpu_buffer_t* const* args,
+                                    int nouts, const tpu_aval_t* out_avals, const char* producer,
+                                    tpu_buffer_t** out_buffers) {
   if (!out_buffers && nouts > 0) return TPU_STATUS(TPU_INVALID_ARGUMENT, "out_buffers is NULL");
   for (int i = 0; i < nouts; i++) out_buffers[i] = NULL;
   const PJRT_Api* api = tpu_client_api();
@@ -258,8 +285,10 @@ tpu_status_t* tpu_executable_execute(tpu_executable_t* exe, int device, int narg
     status = TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "out of memory");
     goto done;
   }
-  for (int i = 0; i < nargs; i++) arg_list[i] = tpu_buffer_pjrt(args[i]);
   for (int i = 0; i < nouts; i++) out_list[i] = NULL;
+  /* A placeholder argument runs its fused program here (fuse.c). */
+  for (int i = 0; i < nargs && !status; i++) status = tpu_buffer_materialize(args[i], &arg_list[i]);
+  if (status) goto done;
 
   TPU_PJRT_ARGS(PJRT_ExecuteOptions, options, num_custom_options);
   PJRT_Buffer* const* arg_lists[1] = {arg_list};

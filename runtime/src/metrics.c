@@ -32,6 +32,9 @@ static const char* const kNames[] = {
     [TPU_METRIC_CHECK_READS] = "check_reads",
     [TPU_METRIC_GRAPH_RECOMPILES] = "graph_recompiles",
     [TPU_METRIC_GRAPH_FALLBACKS] = "graph_fallbacks",
+    [TPU_METRIC_FUSED_OPS] = "fused_ops",
+    [TPU_METRIC_FUSED_FLUSHES] = "fused_flushes",
+    [TPU_METRIC_FUSED_PROGRAMS] = "fused_programs",
 };
 static_assert(sizeof kNames / sizeof kNames[0] == TPU_METRIC_COUNT, "one name per metric");
 

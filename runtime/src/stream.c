@@ -132,11 +132,12 @@ static int collect_locked(const selector_t* sel, tpu_buffer_t** out) {
 static tpu_status_t* wait_selected(const selector_t* sel) {
   tpu_trace_range_t range = tpu_trace_begin(TPU_TRACE_SYNCHRONIZE, NULL);
   tpu_metric_add(TPU_METRIC_SYNCS, 1);
+  /* Fused eager mode's recording is work issued so far: it runs first. */
+  tpu_status_t* first = tpu_buffer_flush_pending(sel->all ? -1 : sel->device);
   tpu_buffer_t* pending[TPU_INFLIGHT_CAP];
   pthread_mutex_lock(&g_mu);
   const int n = collect_locked(sel, pending);
-  tpu_status_t* first = NULL;
-  if (sel->all) {
+  if (sel->all && !first) {
     first = g_error;
     g_error = NULL;
   }
@@ -165,6 +166,11 @@ tpu_status_t* tpu_runtime_synchronize(void) {
 
 /* Whether the selected work has finished, without waiting. */
 static tpu_status_t* query_selected(const selector_t* sel, bool* out_done) {
+  tpu_status_t* flushed = tpu_buffer_flush_pending(sel->all ? -1 : sel->device);
+  if (flushed) {
+    *out_done = true;
+    return flushed;
+  }
   tpu_buffer_t* pending[TPU_INFLIGHT_CAP];
   pthread_mutex_lock(&g_mu);
   retire_locked();
@@ -312,6 +318,8 @@ tpu_status_t* tpu_event_record(tpu_event_t* event, int device, int64_t stream) {
   if (!event) return TPU_STATUS(TPU_INVALID_ARGUMENT, "event is NULL");
   TPU_RETURN_IF_ERROR(check_stream(device, stream));
   wait_callbacks(event); /* a previous record's callbacks still point here */
+  /* The event marks work issued so far, fused eager mode's recording included. */
+  TPU_RETURN_IF_ERROR(tpu_buffer_flush_pending(device));
   event->work = stream_so_far(device, stream);
   event->recorded = true;
   return event->timing ? arm_timing(event) : NULL;

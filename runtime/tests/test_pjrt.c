@@ -376,12 +376,14 @@ static void round_trip(tpu_dtype_t dtype, const void* data, int64_t n) {
   EXPECT(tpu_buffer_aval(buf)->dtype == dtype);
   /* The plugin agrees on type and shape. */
   const PJRT_Api* api = tpu_client_api();
+  PJRT_Buffer* pjrt = NULL;
+  ASSERT_OK(tpu_buffer_materialize(buf, &pjrt));
   TPU_PJRT_ARGS(PJRT_Buffer_ElementType_Args, et, type);
-  et.buffer = tpu_buffer_pjrt(buf);
+  et.buffer = pjrt;
   EXPECT_OK(TPU_PJRT_CALL(api, Buffer_ElementType, &et));
   EXPECT_EQ_INT(et.type, tpu_dtype_to_pjrt(dtype));
   TPU_PJRT_ARGS(PJRT_Buffer_Dimensions_Args, dims, num_dims);
-  dims.buffer = tpu_buffer_pjrt(buf);
+  dims.buffer = pjrt;
   EXPECT_OK(TPU_PJRT_CALL(api, Buffer_Dimensions, &dims));
   EXPECT_EQ_INT(dims.num_dims, 1);
   if (dims.num_dims == 1) EXPECT_EQ_INT(dims.dims[0], n);

@@ -1,9 +1,13 @@
 """Run by torchrun (tests/test_distributed.py): every collective on tpu tensors
 (collectives.py), then DDP on tpu over the "tpu" backend — small buckets, no_sync
 gradient accumulation — ending with the parameters of single-process training on the
-concatenated batch (computed on CPU)."""
-import copy
+concatenated batch (computed on CPU). argv[1] is the backend string of
+init_process_group, or "default" for none (cpu tensors over gloo and tpu tensors over tpu
+all the same). Under TORCH_DISTRIBUTED_DEBUG=DETAIL every collective above also passes
+the mismatch check, and at the end a shape mismatch on tpu and on cpu tensors must raise
+on every rank."""
 import datetime
+import sys
 
 import torch
 import torch.distributed as dist
@@ -19,9 +23,30 @@ def model_fn():
                                torch.nn.Tanh(), torch.nn.Linear(32, 4))
 
 
+def mismatch_raises(device):
+    """Ranks all_reduce tensors of different lengths: every rank raises naming the
+    collective and both shapes, nothing is reduced, and the group still works."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    x = torch.full((2 + r,), float(r + 1)).to(device)
+    try:
+        dist.all_reduce(x)
+    except RuntimeError as e:
+        msg = str(e)
+        assert "Detected mismatch between collectives" in msg and "OpType=ALLREDUCE" in msg, msg
+        assert "TensorShape=[2]" in msg and "TensorShape=[3]" in msg, msg
+    else:
+        raise AssertionError(f"a shape mismatch on {device} went through on rank {r}")
+    assert x.cpu().tolist() == [float(r + 1)] * (2 + r)  # untouched
+    y = torch.ones(3).to(device)
+    dist.all_reduce(y)
+    assert y.cpu().tolist() == [float(n)] * 3
+
+
 def main():
-    # cpu tensors over gloo, tpu tensors over the tpu backend (docs/distributed.md)
-    dist.init_process_group("cpu:gloo,tpu:tpu", timeout=datetime.timedelta(seconds=60))
+    # "cpu:gloo,tpu:tpu" or no backend: cpu tensors over gloo, tpu tensors over the tpu
+    # backend (docs/distributed.md)
+    backend = None if sys.argv[1] == "default" else sys.argv[1]
+    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=60))
     r, n = dist.get_rank(), dist.get_world_size()
     run_all()
     g = torch.Generator().manual_seed(1)
@@ -58,6 +83,9 @@ def main():
     c = torch.ones(1)
     dist.all_reduce(c)
     assert c.item() == n
+    if dist.get_debug_level() == dist.DebugLevel.DETAIL:
+        mismatch_raises("tpu")
+        mismatch_raises("cpu")
     dist.destroy_process_group()
     print(f"rank {r}/{n}: DDP OK", flush=True)
 

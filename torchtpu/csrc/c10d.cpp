@@ -97,6 +97,11 @@ class TpuBackend final : public c10d::Backend {
     TORCH_CHECK(host_, "tpu c10d backend: no host backend");
   }
   const std::string getBackendName() const override { return "tpu"; }
+  // Every collective goes through the host transport, so its sequence numbers are
+  // this backend's: torch's mismatch check (TORCH_DISTRIBUTED_DEBUG=DETAIL wraps a
+  // backend in ProcessGroupWrapper) compares them across ranks.
+  void setSequenceNumberForGroup() override { host_->setSequenceNumberForGroup(); }
+  uint64_t getSequenceNumberForGroup() override { return host_->getSequenceNumberForGroup(); }
 
   WorkPtr broadcast(Tensors& ts, const c10d::BroadcastOptions& o) override {
     return run("broadcast", OpType::BROADCAST, ts, ts, [&](Tensors& h, Tensors&) { return host_->broadcast(h, o); });

@@ -431,7 +431,8 @@ PYBIND11_MODULE(_C, m) {
     return py::make_tuple(major, minor);
   });
   m.def("set_eager_mode", [](int mode) {
-    TORCH_CHECK(mode == TPU_EAGER_DEBUG || mode == TPU_EAGER_STRICT, "tpu: invalid eager mode ", mode);
+    TORCH_CHECK(mode == TPU_EAGER_DEBUG || mode == TPU_EAGER_STRICT || mode == TPU_EAGER_FUSED,
+                "tpu: invalid eager mode ", mode);
     tpu_runtime_set_eager_mode(static_cast<tpu_eager_mode_t>(mode));
   });
   m.def("eager_mode", []() { return static_cast<int>(tpu_runtime_eager_mode()); });

@@ -22,6 +22,7 @@ extern "C" {
 typedef enum tpu_eager_mode {
   TPU_EAGER_DEBUG = 0,  /* synchronous: every op waits, errors surface on its line */
   TPU_EAGER_STRICT = 1, /* asynchronous op by op (default) */
+  TPU_EAGER_FUSED = 2,  /* recorded and run as one program at each sync point (docs/eager-modes.md) */
 } tpu_eager_mode_t;
 
 /* Loads the PJRT plugin at `plugin_path` and creates the client. `cpu_devices` is
@@ -40,6 +41,8 @@ const char* tpu_runtime_device_kind(int device);
 /* PJRT API version of the loaded plugin. */
 void tpu_runtime_api_version(int* out_major, int* out_minor);
 
+/* Leaving fused mode runs what it recorded (errors are reported where its
+ * results are read). */
 void tpu_runtime_set_eager_mode(tpu_eager_mode_t mode);
 tpu_eager_mode_t tpu_runtime_eager_mode(void);
 
@@ -89,6 +92,9 @@ typedef enum tpu_metric {
   TPU_METRIC_CHECK_READS, /* downloads of a device's error word at sync points */
   TPU_METRIC_GRAPH_RECOMPILES, /* programs built for a graph that already had one (new input sizes or layouts) */
   TPU_METRIC_GRAPH_FALLBACKS,  /* compiled graphs (or new sizes of one) run as eager ops instead */
+  TPU_METRIC_FUSED_OPS,        /* executions recorded by fused eager mode instead of launched */
+  TPU_METRIC_FUSED_FLUSHES,    /* recordings run as one program (sync points, size cuts) */
+  TPU_METRIC_FUSED_PROGRAMS,   /* fused programs built (written and compiled or loaded from disk) */
   TPU_METRIC_COUNT
 } tpu_metric_t;
 const char* tpu_metric_name(tpu_metric_t m);

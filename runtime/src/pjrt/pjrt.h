@@ -562,7 +562,9 @@ int tpu_dtype_to_pjrt(tpu_dtype_t t);
 /* Wraps a PJRT buffer (ownership moves in, also on failure). */
 tpu_status_t* tpu_buffer_wrap(PJRT_Buffer* pjrt, int device, const tpu_aval_t* aval,
                               const char* producer, tpu_buffer_t** out_buffer);
-PJRT_Buffer* tpu_buffer_pjrt(const tpu_buffer_t* buf);
+/* The PJRT buffer behind `buf` (borrowed); a fused-program placeholder
+ * (device.h) has its program run first, and reports why when it failed. */
+tpu_status_t* tpu_buffer_materialize(tpu_buffer_t* buf, PJRT_Buffer** out_pjrt);
 /* Asks whether the buffer's producer has finished; with `wait` blocks until it
  * has. Returns its asynchronous error, annotated with the producer. Does not
  * count as a user-visible sync. */

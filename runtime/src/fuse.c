@@ -1,0 +1,499 @@
+/* Fused eager mode (docs/eager-modes.md): executions are recorded per device
+ * instead of launched, and the recording runs as ONE program when something
+ * needs its data (a download, a sync, an execution outside the recording) or
+ * when it reaches its size limit.
+ *
+ * Every recorded execution is an op's own compiled program (exec.c already
+ * looked it up in the cache), so recording costs no lowering: its results are
+ * placeholders (buffer.c) with the avals the cache knows. At a flush the fused
+ * program is found in the same in-memory cache under a key made of the
+ * sequence of executables and how their operands are wired; only on a miss is
+ * its text written: each distinct executable's StableHLO as a private function,
+ * called in order from @main, which XLA inlines and fuses across op boundaries.
+ * Results no live placeholder wants are not returned, so XLA drops the work
+ * that only fed them, and a dead tensor's value is never kept.
+ *
+ * A loop that never syncs is cut at its size limit; the first such cut looks for
+ * the period of the executable sequence and later cuts fall on a multiple of it,
+ * so every later chunk is the same program (a cache hit). */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache.h"
+#include "device.h"
+#include "key.h"
+#include "strbuf.h"
+
+#define FUSE_DEFAULT_LIMIT 2000
+
+typedef struct fuse_val {
+  tpu_buffer_t* ext;     /* an input: the buffer (retained) */
+  tpu_buffer_t* pending; /* a result: its placeholder while referenced (weak) */
+  int32_t op, index;     /* a result: its op and result index; op -1 for an input */
+  int32_t param;         /* an input: its parameter index in @main */
+  tpu_aval_t aval;
+} fuse_val_t;
+
+typedef struct fuse_op {
+  tpu_executable_t* exe; /* retained */
+  int32_t first_arg, nargs; /* value ids in q->args */
+  int32_t first_val, nouts;
+  char producer[48]; /* the op, for error messages */
+} fuse_op_t;
+
+typedef struct fuse_queue {
+  pthread_mutex_t mu;
+  uint64_t epoch; /* bumped by every flush: placeholders of older epochs are settled */
+  fuse_op_t* ops;
+  int nops, ops_cap;
+  int32_t* args;
+  int nargs, args_cap;
+  fuse_val_t* vals;
+  int nvals, vals_cap;
+  int nparams;
+  /* Inputs seen so far: buffer -> value id, open addressing (a power-of-two size). */
+  tpu_buffer_t** seen_keys;
+  int32_t* seen_vals;
+  int seen_cap, seen_len;
+  int cut; /* a multiple of the recording's period learned at a size-limit cut; 0: none */
+} fuse_queue_t;
+
+static fuse_queue_t g_queues[TPU_MAX_DEVICES];
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static tpu_status_t* fuse_flush(int device);
+static void fuse_dead(tpu_buffer_t* buf);
+
+static void fuse_init(void) {
+  for (int i = 0; i < TPU_MAX_DEVICES; ++i) pthread_mutex_init(&g_queues[i].mu, NULL);
+  const tpu_pending_hooks_t hooks = {fuse_flush, fuse_dead};
+  tpu_buffer_set_pending_hooks(&hooks);
+}
+
+/* TORCHTPU_FUSED_MAX_OPS: executions per program before a cut (read once). */
+static int fuse_limit(void) {
+  static atomic_int limit;
+  int n = atomic_load_explicit(&limit, memory_order_relaxed);
+  if (n > 0) return n;
+  const char* env = getenv("TORCHTPU_FUSED_MAX_OPS");
+  long v = env && *env ? strtol(env, NULL, 10) : FUSE_DEFAULT_LIMIT;
+  n = v < 1 ? 1 : v > 1000000 ? 1000000 : (int)v;
+  atomic_store_explicit(&limit, n, memory_order_relaxed);
+  return n;
+}
+
+static bool fuse_grow(void** arr, int* cap, int need, size_t size) {
+  if (need <= *cap) return true;
+  int c = *cap ? *cap : 64;
+  while (c < need) c *= 2;
+  void* p = realloc(*arr, size * (size_t)c);
+  if (!p) return false;
+  *arr = p;
+  *cap = c;
+  return true;
+}
+
+/* ------------------------------------------------------------ recording */
+
+static size_t fuse_slot(const fuse_queue_t* q, const tpu_buffer_t* buf) {
+  uint64_t h = (uint64_t)(uintptr_t)buf * 0x9e3779b97f4a7c15ull;
+  size_t i = (size_t)(h >> 32) & (size_t)(q->seen_cap - 1);
+  while (q->seen_keys[i] && q->seen_keys[i] != buf) i = (i + 1) & (size_t)(q->seen_cap - 1);
+  return i;
+}
+
+/* Keeps the input table under half full. */
+static bool fuse_seen_reserve(fuse_queue_t* q) {
+  if (2 * (q->seen_len + 1) <= q->seen_cap) return true;
+  int cap = q->seen_cap ? 2 * q->seen_cap : 256;
+  tpu_buffer_t** old_keys = q->seen_keys;
+  int32_t* old_vals = q->seen_vals;
+  int old_cap = q->seen_cap;
+  q->seen_keys = calloc((size_t)cap, sizeof(*q->seen_keys));
+  q->seen_vals = malloc(sizeof(*q->seen_vals) * (size_t)cap);
+  if (!q->seen_keys || !q->seen_vals) {
+    free(q->seen_keys);
+    free(q->seen_vals);
+    q->seen_keys = old_keys, q->seen_vals = old_vals;
+    return false;
+  }
+  q->seen_cap = cap;
+  for (int i = 0; i < old_cap; ++i) {
+    if (!old_keys[i]) continue;
+    size_t s = fuse_slot(q, old_keys[i]);
+    q->seen_keys[s] = old_keys[i];
+    q->seen_vals[s] = old_vals[i];
+  }
+  free(old_keys);
+  free(old_vals);
+  return true;
+}
+
+/* The value id of argument `buf`: a result recorded in this epoch, an input
+ * already seen, or a new input. */
+static tpu_status_t* fuse_arg_value(fuse_queue_t* q, tpu_buffer_t* buf, int32_t* out_value) {
+  if (tpu_buffer_pending_value(buf, q->epoch, out_value)) return NULL;
+  /* Real, or settled earlier: fails here if its program failed. */
+  TPU_RETURN_IF_ERROR(tpu_buffer_error(buf));
+  if (!fuse_seen_reserve(q) || !fuse_grow((void**)&q->vals, &q->vals_cap, q->nvals + 1, sizeof(*q->vals)))
+    return TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "fused eager: out of host memory");
+  size_t slot = fuse_slot(q, buf);
+  if (q->seen_keys[slot]) return *out_value = q->seen_vals[slot], NULL;
+  fuse_val_t* v = &q->vals[q->nvals];
+  *v = (fuse_val_t){tpu_buffer_retain(buf), NULL, -1, 0, q->nparams++, *tpu_buffer_aval(buf)};
+  q->seen_keys[slot] = buf;
+  q->seen_vals[slot] = q->nvals;
+  q->seen_len++;
+  *out_value = q->nvals++;
+  return NULL;
+}
+
+static tpu_status_t* fuse_flush_locked(fuse_queue_t* q, int device, bool at_limit);
+
+static tpu_status_t* fuse_record(tpu_executable_t* exe, int device, int nargs, tpu_buffer_t* const* args, int nouts,
+                                 const tpu_aval_t* out_avals, const char* producer, tpu_buffer_t** out_buffers) {
+  fuse_queue_t* q = &g_queues[device];
+  pthread_mutex_lock(&q->mu);
+  tpu_status_t* st = NULL;
+  if (!fuse_grow((void**)&q->ops, &q->ops_cap, q->nops + 1, sizeof(*q->ops)) ||
+      !fuse_grow((void**)&q->args, &q->args_cap, q->nargs + nargs, sizeof(*q->args)))
+    st = TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "fused eager: out of host memory");
+  int first_arg = q->nargs;
+  for (int i = 0; i < nargs && !st; ++i) {
+    st = fuse_arg_value(q, args[i], &q->args[first_arg + i]);
+    if (st) st = tpu_status_annotate(st, "%s: operand %d", producer, i);
+  }
+  /* After the inputs, which add values of their own. */
+  if (!st && !fuse_grow((void**)&q->vals, &q->vals_cap, q->nvals + nouts, sizeof(*q->vals)))
+    st = TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "fused eager: out of host memory");
+  if (st) {
+    pthread_mutex_unlock(&q->mu);
+    return st; /* inputs already added stay unused: harmless */
+  }
+  fuse_op_t* op = &q->ops[q->nops];
+  *op = (fuse_op_t){tpu_executable_retain(exe), first_arg, nargs, q->nvals, 0, ""};
+  size_t plen = strnlen(producer, sizeof op->producer - 1);
+  memcpy(op->producer, producer, plen);
+  op->producer[plen] = '\0';
+  q->nargs += nargs;
+  for (int j = 0; j < nouts && !st; ++j) {
+    fuse_val_t* v = &q->vals[q->nvals];
+    *v = (fuse_val_t){NULL, NULL, q->nops, j, -1, out_avals[j]};
+    st = tpu_buffer_create_pending(device, &out_avals[j], producer, q->nvals, q->epoch, &out_buffers[j]);
+    v->pending = out_buffers[j];
+    q->nvals++;
+    op->nouts++;
+  }
+  q->nops++;
+  tpu_metric_add(TPU_METRIC_FUSED_OPS, 1);
+  /* A cut's failure is reported by the op that made it too (its placeholders
+   * are settled as failed, so releasing them does not come back here). */
+  if (!st && q->nops >= (q->cut ? q->cut : fuse_limit())) st = fuse_flush_locked(q, device, true);
+  if (st) {
+    for (int j = 0; j < op->nouts; ++j) {
+      if (!out_buffers[j]) continue;
+      if (tpu_buffer_is_pending(out_buffers[j])) {
+        q->vals[op->first_val + j].pending = NULL;
+        tpu_buffer_fail(out_buffers[j], st);
+      }
+      tpu_buffer_release(out_buffers[j]);
+      out_buffers[j] = NULL;
+    }
+  }
+  pthread_mutex_unlock(&q->mu);
+  return st;
+}
+
+tpu_status_t* tpu_executable_execute(tpu_executable_t* exe, int device, int nargs, tpu_buffer_t* const* args,
+                                     int nouts, const tpu_aval_t* out_avals, const char* producer,
+                                     tpu_buffer_t** out_buffers) {
+  if (tpu_runtime_eager_mode() != TPU_EAGER_FUSED || !exe)
+    return tpu_executable_launch(exe, device, nargs, args, nouts, out_avals, producer, out_buffers);
+  TPU_RETURN_IF_ERROR(tpu_runtime_check_device(device));
+  if (nargs < 0 || nouts < 0 || (nargs > 0 && !args) || (nouts > 0 && (!out_avals || !out_buffers)))
+    return TPU_STATUS(TPU_INVALID_ARGUMENT, "%s: bad argument or result list", producer ? producer : "execute");
+  for (int i = 0; i < nargs; ++i) {
+    if (!args[i]) return TPU_STATUS(TPU_INVALID_ARGUMENT, "argument %d is NULL", i);
+    if (tpu_buffer_device(args[i]) != device)
+      return TPU_STATUS(TPU_INVALID_ARGUMENT, "argument %d is on device %d, executing on %d", i,
+                        tpu_buffer_device(args[i]), device);
+  }
+  for (int j = 0; j < nouts; ++j) out_buffers[j] = NULL;
+  pthread_once(&g_once, fuse_init);
+  return fuse_record(exe, device, nargs, args, nouts, out_avals, producer ? producer : "", out_buffers);
+}
+
+/* A placeholder died: its program need not return it. */
+static void fuse_dead(tpu_buffer_t* buf) {
+  fuse_queue_t* q = &g_queues[tpu_buffer_device(buf)];
+  pthread_mutex_lock(&q->mu);
+  int32_t v;
+  if (tpu_buffer_pending_value(buf, q->epoch, &v) && q->vals[v].pending == buf) q->vals[v].pending = NULL;
+  pthread_mutex_unlock(&q->mu);
+}
+
+/* ------------------------------------------------------------ the program */
+
+/* The cache key: the executables in order, each operand's value id, and the
+ * values returned. Value ids follow from that sequence, so equal keys are
+ * equal programs; executable ids are never reused. */
+static void fuse_key(const fuse_queue_t* q, const int32_t* outs, int nouts, tpu_key_t* k) {
+  static const uint8_t kTag[8] = {0xff, 'f', 'u', 's', 'e', 'd', 0, 1};
+  tpu_key_put(k, kTag, sizeof kTag);
+  tpu_key_i64(k, q->nops);
+  for (int i = 0; i < q->nops; ++i) {
+    const fuse_op_t* op = &q->ops[i];
+    tpu_key_i64(k, (int64_t)tpu_executable_id(op->exe));
+    tpu_key_put(k, &q->args[op->first_arg], sizeof(int32_t) * (size_t)op->nargs);
+  }
+  tpu_key_i64(k, nouts);
+  tpu_key_put(k, outs, sizeof(int32_t) * (size_t)nouts);
+}
+
+static void fuse_ref(tpu_strbuf_t* m, const fuse_queue_t* q, int32_t v) {
+  const fuse_val_t* x = &q->vals[v];
+  if (x->op < 0) {
+    tpu_strbuf_printf(m, "%%arg%d", x->param);
+    return;
+  }
+  const fuse_op_t* op = &q->ops[x->op];
+  if (op->nouts == 1) tpu_strbuf_printf(m, "%%v%d", op->first_val);
+  else tpu_strbuf_printf(m, "%%v%d#%d", op->first_val, x->index);
+}
+
+static void fuse_types(tpu_strbuf_t* m, const fuse_queue_t* q, int n, const int32_t* vs) {
+  char t[256];
+  tpu_strbuf_append(m, "(");
+  for (int i = 0; i < n; ++i)
+    tpu_strbuf_printf(m, "%s%s", i ? ", " : "", tpu_fmt_type(t, sizeof t, &q->vals[vs[i]].aval));
+  tpu_strbuf_append(m, ")");
+}
+
+/* An op program's function name: a hash of its text, so the fused text (the
+ * disk cache's key) does not depend on the order executables were made in. */
+static uint64_t fuse_fn_name(const tpu_executable_t* exe) {
+  size_t len = 0;
+  const char* text = tpu_executable_text(exe, &len);
+  return tpu_hash_bytes((const uint8_t*)text, len);
+}
+
+/* Each distinct op program once, as private function @f<hash>; names[i] is op i's. */
+static tpu_status_t* fuse_functions(tpu_strbuf_t* m, const fuse_queue_t* q, uint64_t* names) {
+  static const char kMain[] = "func.func public @main(";
+  for (int i = 0; i < q->nops; ++i) {
+    if (q->ops[i].nouts == 0) continue;
+    names[i] = fuse_fn_name(q->ops[i].exe);
+    bool dup = false;
+    for (int k = 0; k < i && !dup; ++k) dup = q->ops[k].nouts && names[k] == names[i];
+    if (dup) continue;
+    size_t len = 0;
+    const char* text = tpu_executable_text(q->ops[i].exe, &len);
+    const char* body = strstr(text, kMain);
+    const char* end = text + len;
+    while (end > text && end[-1] != '}') --end; /* the module's closing brace */
+    if (!body || end <= body + sizeof kMain)
+      return TPU_STATUS(TPU_INTERNAL, "fused eager: %s's program has no @main", q->ops[i].producer);
+    body += sizeof kMain - 1;
+    tpu_strbuf_printf(m, "  func.func private @f%016llx(", (unsigned long long)names[i]);
+    tpu_strbuf_appendn(m, body, (size_t)(end - 1 - body));
+    tpu_strbuf_append(m, "\n");
+  }
+  return NULL;
+}
+
+static tpu_status_t* fuse_text(const fuse_queue_t* q, const int32_t* outs, int nouts, char** out_text) {
+  *out_text = NULL;
+  tpu_strbuf_t m;
+  tpu_strbuf_init(&m);
+  tpu_strbuf_append(&m, "module @torchtpu {\n");
+  uint64_t* names = calloc((size_t)(q->nops ? q->nops : 1), sizeof(*names));
+  tpu_status_t* st = names ? fuse_functions(&m, q, names)
+                           : TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "fused eager: out of host memory");
+  char t[256];
+  tpu_strbuf_append(&m, "  func.func public @main(");
+  for (int v = 0, p = 0; v < q->nvals; ++v)
+    if (q->vals[v].op < 0)
+      tpu_strbuf_printf(&m, "%s%%arg%d: %s", p++ ? ", " : "", q->vals[v].param,
+                        tpu_fmt_type(t, sizeof t, &q->vals[v].aval));
+  tpu_strbuf_append(&m, ") -> ");
+  fuse_types(&m, q, nouts, outs);
+  tpu_strbuf_append(&m, " {\n");
+  for (int i = 0; i < q->nops; ++i) {
+    const fuse_op_t* op = &q->ops[i];
+    if (op->nouts == 0) continue; /* ops are pure: nothing to keep */
+    if (op->nouts == 1) tpu_strbuf_printf(&m, "    %%v%d = ", op->first_val);
+    else tpu_strbuf_printf(&m, "    %%v%d:%d = ", op->first_val, op->nouts);
+    tpu_strbuf_append(&m, "\"func.call\"(");
+    for (int a = 0; a < op->nargs; ++a) {
+      if (a) tpu_strbuf_append(&m, ", ");
+      fuse_ref(&m, q, q->args[op->first_arg + a]);
+    }
+    tpu_strbuf_printf(&m, ") {callee = @f%016llx} : ", (unsigned long long)(names ? names[i] : 0));
+    fuse_types(&m, q, op->nargs, &q->args[op->first_arg]);
+    tpu_strbuf_append(&m, " -> (");
+    for (int j = 0; j < op->nouts; ++j)
+      tpu_strbuf_printf(&m, "%s%s", j ? ", " : "", tpu_fmt_type(t, sizeof t, &q->vals[op->first_val + j].aval));
+    tpu_strbuf_append(&m, ")\n");
+  }
+  tpu_strbuf_append(&m, "    \"func.return\"(");
+  for (int k = 0; k < nouts; ++k) {
+    if (k) tpu_strbuf_append(&m, ", ");
+    fuse_ref(&m, q, outs[k]);
+  }
+  tpu_strbuf_append(&m, ") : ");
+  fuse_types(&m, q, nouts, outs);
+  tpu_strbuf_append(&m, " -> ()\n  }\n}\n");
+  if (!st && m.oom) st = TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "fused eager: out of host memory");
+  free(names);
+  if (st) tpu_strbuf_free(&m);
+  else *out_text = tpu_strbuf_take(&m);
+  return st;
+}
+
+/* The compiled fused program for this recording: from the cache, or written,
+ * compiled (through the disk tier) and inserted. Returns a referenced entry. */
+static tpu_status_t* fuse_program(const fuse_queue_t* q, const int32_t* outs, int nouts,
+                                  tpu_cache_entry_t** out_entry) {
+  *out_entry = NULL;
+  tpu_key_t k;
+  tpu_key_init(&k);
+  fuse_key(q, outs, nouts, &k);
+  tpu_status_t* st = k.oom ? TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "fused eager: out of host memory") : NULL;
+  uint64_t hash = st ? 0 : tpu_hash_bytes(k.data, k.len);
+  if (!st) *out_entry = tpu_cache_lookup(k.data, k.len, hash);
+  if (!st && !*out_entry) {
+    tpu_compiled_t c;
+    memset(&c, 0, sizeof c);
+    char* text = NULL;
+    st = fuse_text(q, outs, nouts, &text);
+    c.nouts = nouts;
+    c.weight = q->nops;
+    c.out_avals = st ? NULL : calloc((size_t)(nouts ? nouts : 1), sizeof(tpu_aval_t));
+    if (!st && !c.out_avals) st = TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "fused eager: out of host memory");
+    for (int i = 0; !st && i < nouts; ++i) c.out_avals[i] = q->vals[outs[i]].aval;
+    if (!st) st = tpu_executable_compile(text, strlen(text), nouts, &c.exe);
+    if (!st) {
+      tpu_metric_add(TPU_METRIC_FUSED_PROGRAMS, 1);
+      st = tpu_cache_insert(k.data, k.len, hash, &c, out_entry);
+    } else {
+      tpu_compiled_destroy(&c);
+    }
+    free(text);
+  }
+  tpu_key_free(&k);
+  return st;
+}
+
+/* A recording of one execution needs no program of its own: that execution's
+ * is launched as strict mode would (its results nobody holds are dropped). */
+static tpu_status_t* fuse_run_one(fuse_queue_t* q, int device) {
+  const fuse_op_t* op = &q->ops[0];
+  tpu_buffer_t* small[16];
+  int n = op->nargs + op->nouts;
+  tpu_buffer_t** bufs = n <= 16 ? small : calloc((size_t)n, sizeof(*bufs));
+  if (!bufs) return TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "fused eager: out of host memory");
+  tpu_aval_t* avals = calloc((size_t)(op->nouts ? op->nouts : 1), sizeof(*avals));
+  tpu_status_t* st = avals ? NULL : TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "fused eager: out of host memory");
+  for (int a = 0; a < op->nargs; ++a) bufs[a] = q->vals[q->args[op->first_arg + a]].ext;
+  for (int j = 0; avals && j < op->nouts; ++j) avals[j] = q->vals[op->first_val + j].aval;
+  tpu_buffer_t** results = bufs + op->nargs;
+  if (!st) st = tpu_executable_launch(op->exe, device, op->nargs, bufs, op->nouts, avals, op->producer, results);
+  for (int j = 0; !st && j < op->nouts; ++j) {
+    tpu_buffer_t* p = q->vals[op->first_val + j].pending;
+    if (p) tpu_buffer_resolve(p, results[j]);
+    tpu_buffer_release(results[j]);
+  }
+  free(avals);
+  if (bufs != small) free(bufs);
+  return st;
+}
+
+/* Runs the recording's program and settles the placeholders in `outs`. */
+static tpu_status_t* fuse_run(fuse_queue_t* q, int device, const int32_t* outs, int nouts) {
+  if (q->nops == 1) return fuse_run_one(q, device);
+  tpu_cache_entry_t* entry = NULL;
+  tpu_status_t* st = fuse_program(q, outs, nouts, &entry);
+  tpu_buffer_t** params = calloc((size_t)(q->nparams ? q->nparams : 1), sizeof(*params));
+  tpu_buffer_t** results = calloc((size_t)(nouts ? nouts : 1), sizeof(*results));
+  if (!st && (!params || !results)) st = TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "fused eager: out of host memory");
+  for (int v = 0; !st && v < q->nvals; ++v)
+    if (q->vals[v].op < 0) params[q->vals[v].param] = q->vals[v].ext;
+  if (!st) {
+    const tpu_compiled_t* c = tpu_cache_entry_compiled(entry);
+    char producer[64];
+    snprintf(producer, sizeof producer, "fused program of %d ops", q->nops);
+    st = tpu_executable_launch(c->exe, device, q->nparams, params, nouts, c->out_avals, producer, results);
+  }
+  for (int k = 0; !st && k < nouts; ++k) {
+    tpu_buffer_resolve(q->vals[outs[k]].pending, results[k]);
+    tpu_buffer_release(results[k]);
+  }
+  tpu_cache_entry_release(entry);
+  free(params);
+  free(results);
+  return st;
+}
+
+/* The smallest period of the recording's executable sequence seen at least
+ * twice, or 0. */
+static int fuse_period(const fuse_queue_t* q) {
+  for (int p = 1; p <= q->nops / 2; ++p) {
+    bool same = true;
+    for (int i = 0; i + p < q->nops && same; ++i)
+      same = tpu_executable_id(q->ops[i].exe) == tpu_executable_id(q->ops[i + p].exe);
+    if (same) return p;
+  }
+  return 0;
+}
+
+static void fuse_reset(fuse_queue_t* q) {
+  for (int v = 0; v < q->nvals; ++v) tpu_buffer_release(q->vals[v].ext);
+  for (int i = 0; i < q->nops; ++i) tpu_executable_destroy(q->ops[i].exe);
+  if (q->seen_len) memset(q->seen_keys, 0, sizeof(*q->seen_keys) * (size_t)q->seen_cap);
+  q->nops = q->nargs = q->nvals = q->nparams = q->seen_len = 0;
+  q->epoch++;
+}
+
+static tpu_status_t* fuse_flush_locked(fuse_queue_t* q, int device, bool at_limit) {
+  if (q->nops == 0) return NULL;
+  if (at_limit && !q->cut) {
+    int p = fuse_period(q), limit = fuse_limit();
+    q->cut = p > 0 ? p * (limit / p) : 0;
+  }
+  int32_t* outs = malloc(sizeof(int32_t) * (size_t)(q->nvals ? q->nvals : 1));
+  tpu_status_t* st = outs ? NULL : TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "fused eager: out of host memory");
+  int n = 0;
+  for (int v = 0; outs && v < q->nvals; ++v)
+    if (q->vals[v].op >= 0 && q->vals[v].pending) outs[n++] = v;
+  /* Nothing referenced: every result died, and the ops are pure. */
+  if (!st && n > 0) {
+    st = fuse_run(q, device, outs, n);
+    tpu_metric_add(TPU_METRIC_FUSED_FLUSHES, 1);
+  }
+  for (int v = 0; st && v < q->nvals; ++v)
+    if (q->vals[v].op >= 0 && q->vals[v].pending) tpu_buffer_fail(q->vals[v].pending, st);
+  free(outs);
+  fuse_reset(q);
+  return st;
+}
+
+/* The pending hook (buffer.c): runs `device`'s recording, or every device's. */
+static tpu_status_t* fuse_flush(int device) {
+  pthread_once(&g_once, fuse_init);
+  int lo = device < 0 ? 0 : device, hi = device < 0 ? tpu_runtime_device_count() : device + 1;
+  if (hi > TPU_MAX_DEVICES) hi = TPU_MAX_DEVICES;
+  tpu_status_t* first = NULL;
+  for (int d = lo; d < hi; ++d) {
+    fuse_queue_t* q = &g_queues[d];
+    pthread_mutex_lock(&q->mu);
+    tpu_status_t* st = fuse_flush_locked(q, d, false);
+    pthread_mutex_unlock(&q->mu);
+    if (!first) first = st;
+    else tpu_status_free(st);
+  }
+  return first;
+}

@@ -1,0 +1,153 @@
+/* Fused eager mode (fuse.c): executions are recorded, not launched; a download
+ * runs the recording as one program whose results equal strict mode's; results
+ * nobody holds are not returned; writes into views and device-side checks keep
+ * their eager meaning; a repeated recording is a cache hit. */
+#include <string.h>
+
+#include "kit.h"
+#include "test.h"
+
+/* x -> ((x + 0.001) * 0.999) n times, in the current eager mode. */
+static tpu_status_t* fz_chain(const tpu_tensor_t* x0, int n, tpu_tensor_t* out) {
+  tpu_tensor_t x = *x0;
+  tpu_storage_retain(x.storage);
+  tpu_status_t* st = NULL;
+  for (int i = 0; i < n && !st; ++i) {
+    tpu_tensor_t y;
+    if (i % 2 == 0) {
+      tpu_arg_t args[3] = {kit_arg_tensor(&x), kit_arg_scalar_f(1e-3), kit_arg_scalar_f(1.0)};
+      st = kit_run1("add", "Scalar", args, 3, &y);
+    } else {
+      tpu_arg_t args[2] = {kit_arg_tensor(&x), kit_arg_scalar_f(0.999)};
+      st = kit_run1("mul", "Scalar", args, 2, &y);
+    }
+    kit_release(&x);
+    if (!st) x = y;
+  }
+  if (st) return st;
+  *out = x;
+  return NULL;
+}
+
+static const float fz_data[8] = {0.5f, -1.0f, 2.0f, 3.5f, -0.25f, 8.0f, 1e-3f, 100.0f};
+
+TEST(fuse_chain_is_one_execution_equal_to_strict) {
+  tpu_tensor_t x, a, b;
+  ASSERT_OK(kit_tensor(TPU_F32, 1, (int64_t[]){8}, fz_data, &x));
+  ASSERT_OK(fz_chain(&x, 100, &a));
+  float want[8], got[8];
+  ASSERT_OK(kit_read_f32(&a, want, 8));
+  kit_release(&a);
+
+  tpu_runtime_set_eager_mode(TPU_EAGER_FUSED);
+  int64_t execs = tpu_metric_get(TPU_METRIC_EXECUTIONS), ops = tpu_metric_get(TPU_METRIC_FUSED_OPS);
+  int64_t flushes = tpu_metric_get(TPU_METRIC_FUSED_FLUSHES);
+  tpu_status_t* st = fz_chain(&x, 100, &b);
+  /* Nothing ran yet: 100 recorded executions. */
+  EXPECT_EQ_INT(tpu_metric_get(TPU_METRIC_EXECUTIONS), execs);
+  EXPECT_EQ_INT(tpu_metric_get(TPU_METRIC_FUSED_OPS), ops + 100);
+  if (!st) st = kit_read_f32(&b, got, 8);
+  tpu_runtime_set_eager_mode(TPU_EAGER_STRICT);
+  ASSERT_OK(st);
+  EXPECT_EQ_INT(tpu_metric_get(TPU_METRIC_EXECUTIONS), execs + 1);
+  EXPECT_EQ_INT(tpu_metric_get(TPU_METRIC_FUSED_FLUSHES), flushes + 1);
+  for (int i = 0; i < 8; ++i) EXPECT_NEAR(got[i], want[i], 1e-6 * (1 + (want[i] < 0 ? -want[i] : want[i])));
+  kit_release(&b);
+
+  /* The same recording again is the same program: no new one is built. */
+  tpu_runtime_set_eager_mode(TPU_EAGER_FUSED);
+  int64_t programs = tpu_metric_get(TPU_METRIC_FUSED_PROGRAMS);
+  st = fz_chain(&x, 100, &b);
+  if (!st) st = kit_read_f32(&b, got, 8);
+  tpu_runtime_set_eager_mode(TPU_EAGER_STRICT);
+  ASSERT_OK(st);
+  EXPECT_EQ_INT(tpu_metric_get(TPU_METRIC_FUSED_PROGRAMS), programs);
+  kit_release(&b);
+  kit_release(&x);
+}
+
+TEST(fuse_dead_results_are_not_kept) {
+  tpu_tensor_t x, b;
+  ASSERT_OK(kit_tensor(TPU_F32, 1, (int64_t[]){8}, fz_data, &x));
+  ASSERT_OK(tpu_runtime_synchronize());
+  int64_t live = tpu_metric_get(TPU_METRIC_LIVE_BUFFERS);
+  tpu_runtime_set_eager_mode(TPU_EAGER_FUSED);
+  tpu_status_t* st = fz_chain(&x, 50, &b);
+  if (!st) st = tpu_runtime_synchronize();
+  tpu_runtime_set_eager_mode(TPU_EAGER_STRICT);
+  ASSERT_OK(st);
+  /* Only the last result of the chain exists (plus cached scalar operands,
+   * which strict mode made already). */
+  EXPECT_EQ_INT(tpu_metric_get(TPU_METRIC_LIVE_BUFFERS), live + 1);
+  kit_release(&b);
+  kit_release(&x);
+}
+
+TEST(fuse_view_write_and_index_check_keep_eager_meaning) {
+  static const float iota[12] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
+  tpu_tensor_t x, y;
+  ASSERT_OK(kit_tensor(TPU_F32, 2, (int64_t[]){3, 4}, iota, &x));
+  tpu_runtime_set_eager_mode(TPU_EAGER_FUSED);
+  /* x[1] *= 2 through a view, then y = x[2:] * 1 reads the storage after it. */
+  tpu_tensor_t row = kit_view(&x, 1, (int64_t[]){4}, (int64_t[]){1}, 4);
+  tpu_arg_t margs[2] = {kit_arg_tensor(&row), kit_arg_scalar_f(2.0)};
+  tpu_tensor_t doubled;
+  tpu_status_t* st = kit_run1("mul", "Scalar", margs, 2, &doubled);
+  if (!st) st = tpu_tensor_copy(&row, &doubled);
+  if (!st) kit_release(&doubled);
+  tpu_tensor_t all = kit_view(&x, 1, (int64_t[]){12}, (int64_t[]){1}, 0);
+  tpu_arg_t cargs[2] = {kit_arg_tensor(&all), kit_arg_scalar_f(1.0)};
+  if (!st) st = kit_run1("mul", "Scalar", cargs, 2, &y);
+  float got[12];
+  if (!st) st = kit_read_f32(&y, got, 12);
+  /* An out-of-range index is reported at the download, naming the op. */
+  tpu_tensor_t idx, sel;
+  int64_t bad[2] = {0, 7};
+  if (!st) st = kit_tensor(TPU_I64, 1, (int64_t[]){2}, bad, &idx);
+  tpu_arg_t sargs[3] = {kit_arg_tensor(&x), kit_arg_int(0), kit_arg_tensor(&idx)};
+  if (!st) st = kit_run1("index_select", "", sargs, 3, &sel);
+  float o[8];
+  tpu_status_t* err = st ? NULL : kit_read_f32(&sel, o, 8);
+  tpu_runtime_set_eager_mode(TPU_EAGER_STRICT);
+  ASSERT_OK(st);
+  for (int i = 0; i < 12; ++i) EXPECT_NEAR(got[i], (i >= 4 && i < 8) ? 2 * iota[i] : iota[i], 0);
+  EXPECT(err != NULL);
+  if (err) {
+    EXPECT(strstr(tpu_status_message(err), "index_select") != NULL);
+    tpu_status_free(err);
+  }
+  kit_release(&sel);
+  kit_release(&idx);
+  kit_release(&y);
+  kit_release(&x);
+}
+
+TEST(fuse_many_inputs_and_results_in_one_recording) {
+  /* Every op brings a new input (a distinct scalar) and a result, so the
+   * recording's tables grow past several capacities (the sanitizer build checks
+   * every write). */
+  tpu_tensor_t x, a, b;
+  ASSERT_OK(kit_tensor(TPU_F32, 1, (int64_t[]){8}, fz_data, &x));
+  float want[8], got[8];
+  for (int mode = 0; mode < 2; ++mode) {
+    tpu_runtime_set_eager_mode(mode ? TPU_EAGER_FUSED : TPU_EAGER_STRICT);
+    tpu_tensor_t t = x;
+    tpu_storage_retain(t.storage);
+    tpu_status_t* st = NULL;
+    for (int i = 0; i < 700 && !st; ++i) {
+      tpu_arg_t args[3] = {kit_arg_tensor(&t), kit_arg_scalar_f(1e-4 * i), kit_arg_scalar_f(1.0)};
+      tpu_tensor_t y;
+      st = kit_run1("add", "Scalar", args, 3, &y);
+      kit_release(&t);
+      if (!st) t = y;
+    }
+    if (!st) st = kit_read_f32(&t, mode ? got : want, 8);
+    tpu_runtime_set_eager_mode(TPU_EAGER_STRICT);
+    ASSERT_OK(st);
+    if (mode) b = t; else a = t;
+  }
+  for (int i = 0; i < 8; ++i) EXPECT_NEAR(got[i], want[i], 1e-4 * (1 + (want[i] < 0 ? -want[i] : want[i])));
+  kit_release(&a);
+  kit_release(&b);
+  kit_release(&x);
+}

@@ -1,0 +1,230 @@
+"""Fused eager mode (docs/eager-modes.md): ops are recorded and run as one program
+at each sync point, with the semantics of strict mode. Every result is compared
+with PyTorch on CPU (float32 tolerances of tpu_testing.TOL) or with strict mode
+in the same process; torchtpu.metrics() shows what really ran."""
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn as nn
+
+import torchtpu
+from tpu_testing import assert_same, tol
+
+F32 = tol(torch.float32)
+
+
+@pytest.fixture
+def fused():
+    with torchtpu.eager_mode("fused"):
+        yield
+
+
+def _delta(before, *names):
+    now = torchtpu.metrics()
+    return {n: now[n] - before[n] for n in names}
+
+
+def test_a_chain_of_ops_is_one_execution(fused):
+    x = torch.randn(16)
+    t = x.to("tpu")
+    torch.tpu.synchronize()
+    before = torchtpu.metrics()
+    for _ in range(500):
+        t = t.add(1e-3).mul(0.999)
+        x = x.add(1e-3).mul(0.999)
+    mid = _delta(before, "executions", "fused_ops")
+    assert mid["executions"] == 0  # nothing launched before the sync
+    assert mid["fused_ops"] == 1000
+    # One program lets XLA contract each mul with the next add into an FMA (one
+    # rounding instead of two); over 1,000 dependent ops that drifts up to ~150
+    # float32 ulps from op-by-op rounding, hence 10x the float32 tolerance.
+    assert_same(t, x, scale=10)
+    assert _delta(before, "executions")["executions"] == 1
+
+
+def test_views_inplace_and_reductions_match_cpu(fused):
+    def f(x, w):
+        y = x @ w
+        y[1:3].mul_(2)  # a write into a view of a result
+        z = y.t().contiguous().view(-1)[::3]
+        y.add_(z.sum())
+        s = torch.softmax(y, dim=-1)
+        idx = torch.tensor([2, 0, 1])
+        return s.index_select(0, idx.to(s.device)), y.amax(0), s.cumsum(1)
+
+    x, w = torch.randn(5, 4), torch.randn(4, 6)
+    want = f(x, w)
+    got = f(x.to("tpu"), w.to("tpu"))
+    assert_same(got, want)
+
+
+def test_training_matches_cpu_and_steady_state_does_not_compile(fused):
+    torch.manual_seed(1)
+    model = nn.Sequential(nn.Linear(8, 32), nn.GELU(), nn.LayerNorm(32), nn.Linear(32, 3))
+    ref = nn.Sequential(nn.Linear(8, 32), nn.GELU(), nn.LayerNorm(32), nn.Linear(32, 3))
+    ref.load_state_dict(model.state_dict())
+    model.to("tpu")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    ropt = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    data = [(torch.randn(16, 8), torch.randint(0, 3, (16,))) for _ in range(6)]
+    compiles = []
+    for step, (x, y) in enumerate(data):
+        before = torchtpu.metrics()
+        loss = nn.functional.cross_entropy(model(x.to("tpu")), y.to("tpu"))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        got = loss.item()  # the sync point: one program for the step
+        rloss = nn.functional.cross_entropy(ref(x), y)
+        ropt.zero_grad()
+        rloss.backward()
+        ropt.step()
+        torch.testing.assert_close(torch.tensor(got), rloss.detach(), **F32)
+        compiles.append(_delta(before, "compiles", "fused_programs", "executions"))
+    # Steps after the third build nothing new and launch a handful of programs.
+    for c in compiles[3:]:
+        assert c["compiles"] == 0 and c["fused_programs"] == 0, compiles
+        assert c["executions"] <= 3, compiles
+    for p, r in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.cpu(), r.detach(), **F32)
+
+
+def test_random_numbers_equal_strict_for_the_same_seed():
+    def draw():
+        torch.manual_seed(123)
+        a = torch.randn(4, 5, device="tpu")
+        b = nn.functional.dropout(torch.ones(64, device="tpu"), 0.5)
+        c = torch.rand(3, device="tpu") + a.sum()
+        return [t.cpu() for t in (a, b, c)]
+
+    with torchtpu.eager_mode("strict"):
+        strict = draw()
+    with torchtpu.eager_mode("fused"):
+        fused = draw()
+    for s, f in zip(strict, fused):
+        torch.testing.assert_close(f, s, rtol=0, atol=0)
+
+
+def test_an_index_error_is_raised_at_the_sync_naming_the_op(fused):
+    x = torch.arange(12.0, device="tpu").view(3, 4)
+    bad = x.index_select(0, torch.tensor([0, 5], device="tpu")) * 2
+    with pytest.raises(IndexError, match="index_select"):
+        bad.cpu()
+    # The device is usable after the error, still fused.
+    ok = x.index_select(0, torch.tensor([2], device="tpu")) * 2
+    assert_same(ok, torch.arange(8.0, 12.0).view(1, 4) * 2)
+
+
+def test_dead_values_are_not_kept_and_memory_matches_strict():
+    def run():
+        torch.tpu.synchronize()
+        base = torch.tpu.memory_allocated()
+        x = torch.randn(256, 256, device="tpu")
+        for _ in range(20):
+            x = torch.tanh(x @ x.t() * 1e-3) + 1
+        x.sum().item()
+        return torch.tpu.memory_allocated() - base
+
+    with torchtpu.eager_mode("strict"):
+        strict = run()
+    with torchtpu.eager_mode("fused"):
+        fused = run()
+    assert fused == strict == 256 * 256 * 4
+
+
+def test_data_dependent_shapes_and_printing_cut_the_recording(fused):
+    x = torch.tensor([0.0, 1.5, 0.0, -2.0, 3.0])
+    t = x.to("tpu") * 2
+    assert_same(torch.nonzero(t), torch.nonzero(x * 2))
+    assert_same(t[t > 0], (x * 2)[x * 2 > 0])
+    assert "device='tpu:0'" in repr(t + 1)
+
+
+def test_leaving_fused_mode_runs_what_was_recorded():
+    with torchtpu.eager_mode("strict"):
+        with torchtpu.eager_mode("fused"):
+            before = torchtpu.metrics()
+            t = torch.ones(3, device="tpu") * 5
+            assert _delta(before, "executions")["executions"] == 0
+        assert _delta(before, "fused_flushes")["fused_flushes"] >= 1
+    assert_same(t, torch.full((3,), 5.0))
+
+
+def test_autograd_and_compile_inside_fused_mode(fused):
+    w = torch.randn(6, 3, requires_grad=True)
+    x = torch.randn(4, 6)
+    wt = w.detach().to("tpu").requires_grad_()
+    (torch.sin(x @ w) ** 2).mean().backward()
+    (torch.sin(x.to("tpu") @ wt) ** 2).mean().backward()
+    assert_same(wt.grad, w.grad)
+
+    f = torch.compile(lambda a: torch.relu(a) * 3 + a.mean(), backend="tpu")
+    assert_same(f(x.to("tpu")), torch.relu(x) * 3 + x.mean())
+
+
+def test_a_loop_without_syncs_is_cut_at_its_period():
+    # 200 iterations of a 3-op loop with a limit of 64 recorded executions: the
+    # first cut learns the period (3) and later cuts fall on multiples of it, so
+    # every later chunk is the same program.
+    script = r"""
+import torch, torchtpu
+def loop(t):
+    for _ in range(200):
+        t = (t * 0.5).add(1.0).sin()
+    return t
+x = torch.randn(32)
+torchtpu.set_eager_mode("strict")
+want = loop(x.to("tpu")).cpu()
+with torchtpu.eager_mode("fused"):
+    before = torchtpu.metrics()
+    got = loop(x.to("tpu")).cpu()
+m = torchtpu.metrics()
+print("programs", m["fused_programs"] - before["fused_programs"])
+print("flushes", m["fused_flushes"] - before["fused_flushes"])
+torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+print("ok")
+"""
+    env = dict(os.environ, TORCHTPU_FUSED_MAX_OPS="64")
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = dict(line.split() for line in r.stdout.splitlines() if " " in line)
+    # 600 executions: the first cut at 64 (one program), then chunks of 63 (one
+    # program), then the remainder at the download (one program).
+    assert int(out["flushes"]) == 10, r.stdout
+    assert int(out["programs"]) == 3, r.stdout
+    assert r.stdout.strip().endswith("ok")
+
+
+def test_a_tiny_executable_cache_evicts_without_harm():
+    # TORCHTPU_CACHE_CAPACITY=16: every step's fused program (weight = its op count)
+    # evicts the op programs it was made of while the next recording still holds
+    # them; training stays equal to CPU and the cache stays within its weight.
+    script = r"""
+import torch, torch.nn as nn, torchtpu
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 2))
+ref = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 2))
+ref.load_state_dict(model.state_dict())
+model.to("tpu")
+opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+ropt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+torchtpu.set_eager_mode("fused")
+for step in range(4):
+    x, y = torch.randn(8, 6), torch.randn(8, 2)
+    loss = nn.functional.mse_loss(model(x.to("tpu")), y.to("tpu"))
+    opt.zero_grad(); loss.backward(); opt.step()
+    rloss = nn.functional.mse_loss(ref(x), y)
+    ropt.zero_grad(); rloss.backward(); ropt.step()
+    torch.testing.assert_close(torch.tensor(loss.item()), rloss.detach(), rtol=1e-5, atol=1e-5)
+for p, r in zip(model.parameters(), ref.parameters()):
+    torch.testing.assert_close(p.cpu(), r.detach(), rtol=1e-5, atol=1e-5)
+print("programs", torchtpu.metrics()["fused_programs"])
+print("ok")
+"""
+    env = dict(os.environ, TORCHTPU_CACHE_CAPACITY="16")
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip().endswith("ok")
