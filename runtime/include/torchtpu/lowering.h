@@ -88,29 +88,8 @@ typedef struct tpu_lowering {
   tpu_lower_fn_t fn;
 } tpu_lowering_t;
 
-/* Family tables, each ending with {NULL, NULL}; see ops/table.c. */
-extern const tpu_lowering_t tpu_lowerings_creation[];
-extern const tpu_lowering_t tpu_lowerings_elementwise[];
-extern const tpu_lowering_t tpu_lowerings_reduce[];
-extern const tpu_lowering_t tpu_lowerings_matmul[];
-extern const tpu_lowering_t tpu_lowerings_nn[];
-extern const tpu_lowering_t tpu_lowerings_index[];
-extern const tpu_lowering_t tpu_lowerings_shape[];
-extern const tpu_lowering_t tpu_lowerings_random[];
-extern const tpu_lowering_t tpu_lowerings_amp[];
-extern const tpu_lowering_t tpu_lowerings_fft[];
-extern const tpu_lowering_t tpu_lowerings_special[];
-extern const tpu_lowering_t tpu_lowerings_linalg[];
-extern const tpu_lowering_t tpu_lowerings_lu[];
-extern const tpu_lowering_t tpu_lowerings_misc[];
-extern const tpu_lowering_t tpu_lowerings_nn_models[];
-extern const tpu_lowering_t tpu_lowerings_optim[];
-/* Graph-only families: view ops as values, factories and copies (eager's binding
- * handles these itself, so eager never reaches them). */
-extern const tpu_lowering_t tpu_lowerings_views[];
-extern const tpu_lowering_t tpu_lowerings_factory[];
-/* _foreach_<op> as <op> per element (ops/foreach.c). */
-extern const tpu_lowering_t tpu_lowerings_foreach[];
+/* The family tables (one per ops/<family>.c) are private to the runtime:
+ * ops/families.h. */
 
 tpu_lower_fn_t tpu_lowering_find(const char* name);
 /* Everything the runtime needs about op `name` (borrowed, static), or NULL. */

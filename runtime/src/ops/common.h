@@ -5,6 +5,7 @@
 
 #include <inttypes.h>
 
+#include "families.h"
 #include "torchtpu/lowering.h"
 
 #define TPU_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "exec.h"
+#include "families.h"
 
 #define TPU_FOREACH_PREFIX "_foreach_"
 

@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "common.h"
+#include "matrix.h"
 
 /* Arg i must be a batch of matrices ([*, m, n]; square when `square`) of
  * float32/float64. */
@@ -36,28 +36,11 @@ static bool tpu_la_check(tpu_builder_t* b, const tpu_op_t* op, int i, bool squar
   return false;
 }
 
-/* Swaps the last two dims (mT). */
-static tpu_val_t tpu_la_mT(tpu_builder_t* b, tpu_val_t x) {
-  int r = tpu_b_rank(b, x);
-  int64_t perm[TPU_MAX_RANK];
-  for (int i = 0; i < r; ++i) perm[i] = i;
-  perm[r - 2] = r - 1, perm[r - 1] = r - 2;
-  return tpu_b_transpose(b, x, perm);
-}
-
-/* row >= col (lower) or row <= col (upper) over x's last two dims, as i1. */
-static tpu_val_t tpu_la_tri_pred(tpu_builder_t* b, const tpu_aval_t* shape, bool lower) {
-  tpu_aval_t ia = *shape;
-  ia.dtype = TPU_I64;
-  tpu_val_t row = tpu_b_iota(b, &ia, ia.rank - 2), col = tpu_b_iota(b, &ia, ia.rank - 1);
-  return tpu_b_compare(b, lower ? "GE" : "LE", row, col);
-}
-
 /* x with the other triangle zeroed (tril / triu). */
 static tpu_val_t tpu_la_tri(tpu_builder_t* b, tpu_val_t x, bool lower) {
   if (!tpu_b_ok(b)) return TPU_NOVAL;
   tpu_aval_t a = *tpu_b_aval(b, x);
-  return tpu_b_select(b, tpu_la_tri_pred(b, &a, lower), x, tpu_b_full(b, &a, 0.0));
+  return tpu_b_select(b, tpu_mx_tri_pred(b, &a, lower), x, tpu_b_full(b, &a, 0.0));
 }
 
 /* Both args broadcast to their common batch dims (the last two dims kept). */
@@ -108,7 +91,7 @@ static tpu_val_t tpu_la_cholesky(tpu_builder_t* b, tpu_op_t* op, bool upper) {
   tpu_val_t x = tpu_op_tensor(b, op, 0);
   if (tpu_aval_numel(&a) == 0) return x;
   tpu_val_t l = tpu_la_tri(b, tpu_b_op1(b, "stablehlo.cholesky", 1, &x, "lower = true", &a), true);
-  return upper ? tpu_la_mT(b, l) : l;
+  return upper ? tpu_mx_mT(b, l) : l;
 }
 
 /* linalg_cholesky_ex(self, *, upper=False, check_errors=False) -> (L, info).

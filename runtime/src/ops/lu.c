@@ -16,135 +16,25 @@
  * Like ATen (2.13), _linalg_det/_linalg_slogdet factor A^T when A is contiguous
  * (_linalg_solve_ex always factors A): the LU/pivots they return are visible and
  * autograd's formulas rely on that convention. */
-#include "common.h"
+#include "matrix.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* ------------------------------------------------------------ shape helpers */
-
-static tpu_aval_t tpu_lu_retype(const tpu_aval_t* a, tpu_dtype_t t) {
-  tpu_aval_t r = *a;
-  r.dtype = t;
-  return r;
-}
-
-/* a without its last `k` dims. */
-static tpu_aval_t tpu_lu_drop(const tpu_aval_t* a, int k) {
-  tpu_aval_t r = *a;
-  r.rank -= k;
-  return r;
-}
-
-static tpu_val_t tpu_lu_const_like(tpu_builder_t* b, const tpu_aval_t* a, double v) { return tpu_b_full(b, a, v); }
-
-/* A per-batch value (batch...) broadcast to `to` (batch..., more dims). */
-static tpu_val_t tpu_lu_bcast_batch(tpu_builder_t* b, tpu_val_t v, const tpu_aval_t* to) {
-  int64_t bd[TPU_MAX_RANK];
-  int r = tpu_b_rank(b, v);
-  for (int i = 0; i < r; i++) bd[i] = i;
-  return tpu_b_broadcast_in_dim(b, v, to->rank, to->dims, bd);
-}
-
-/* A vector (batch..., n) broadcast to the matrix `m` along its rows (as_row:
- * v[j] fills column j) or along its columns (v[i] fills row i). */
-static tpu_val_t tpu_lu_bcast_vec(tpu_builder_t* b, tpu_val_t v, const tpu_aval_t* m, bool as_row) {
-  int64_t bd[TPU_MAX_RANK];
-  int r = m->rank;
-  for (int i = 0; i < r - 2; i++) bd[i] = i;
-  bd[r - 2] = as_row ? r - 1 : r - 2;
-  return tpu_b_broadcast_in_dim(b, v, r, m->dims, bd);
-}
-
-/* Swaps the last two dims. */
-static tpu_val_t tpu_lu_mT(tpu_builder_t* b, tpu_val_t x) {
-  int r = tpu_b_rank(b, x);
-  int64_t perm[TPU_MAX_RANK];
-  for (int i = 0; i < r; i++) perm[i] = i;
-  perm[r - 2] = r - 1;
-  perm[r - 1] = r - 2;
-  return tpu_b_transpose(b, x, perm);
-}
-
-/* The (same-for-every-batch) slice at index k (0-d i32) of dim `dim`, that dim
- * dropped. */
-static tpu_val_t tpu_lu_take(tpu_builder_t* b, tpu_val_t x, int dim, tpu_val_t k) {
-  tpu_aval_t a = *tpu_b_aval(b, x);
-  tpu_val_t zero = tpu_b_const_i(b, TPU_I32, 0);
-  tpu_val_t starts[TPU_MAX_RANK];
-  int64_t sizes[TPU_MAX_RANK], out[TPU_MAX_RANK];
-  int o = 0;
-  for (int i = 0; i < a.rank; i++) {
-    starts[i] = i == dim ? k : zero;
-    sizes[i] = i == dim ? 1 : a.dims[i];
-    if (i != dim) out[o++] = a.dims[i];
-  }
-  return tpu_b_reshape(b, tpu_b_dynamic_slice(b, x, starts, sizes), o, out);
-}
-
-/* Sum over `dim` of x where mask, else 0: picks the one entry the one-hot
- * mask selects (a per-batch index, which dynamic_slice cannot take). */
-static tpu_val_t tpu_lu_pick(tpu_builder_t* b, tpu_val_t mask, tpu_val_t x, int dim) {
-  tpu_aval_t a = *tpu_b_aval(b, x);
-  tpu_val_t z = tpu_lu_const_like(b, &a, 0);
-  int64_t d = dim;
-  return tpu_b_reduce(b, tpu_b_select(b, mask, x, z), tpu_b_const(b, a.dtype, 0), 1, &d, "stablehlo.add");
-}
-
-/* ------------------------------------------------------------- while loops */
-
-/* Body of a counted loop: gets the i32 counter k and the carried values (after
- * k), writes the new carried values. */
-typedef void (*tpu_lu_body_fn)(tpu_builder_t* b, tpu_val_t k, const tpu_val_t* in, tpu_val_t* out);
-
-/* for k in [0, n): carry = body(k, carry). Writes the final carry to outs. */
-static void tpu_lu_loop(tpu_builder_t* b, int64_t n, int nc, const tpu_val_t* init, tpu_lu_body_fn body,
-                        tpu_val_t* outs) {
-  enum { MAXC = 4 };
-  for (int i = 0; i < nc; i++) outs[i] = TPU_NOVAL;
-  if (!tpu_b_ok(b)) return;
-  if (n == 0) { /* 0x0 matrices: the body (slicing index k) would not even type-check */
-    for (int i = 0; i < nc; i++) outs[i] = init[i];
-    return;
-  }
-  tpu_aval_t av[MAXC + 1];
-  tpu_val_t ins[MAXC + 1], args[MAXC + 1], next[MAXC + 1], res[MAXC + 1];
-  av[0] = tpu_aval_make(TPU_I32, 0, NULL);
-  ins[0] = tpu_b_const_i(b, TPU_I32, 0);
-  for (int i = 0; i < nc; i++) {
-    av[i + 1] = *tpu_b_aval(b, init[i]);
-    ins[i + 1] = init[i];
-  }
-  char* regions[2];
-  tpu_b_region_begin(b, nc + 1, av, args);
-  tpu_val_t go = tpu_b_compare(b, "LT", args[0], tpu_b_const_i(b, TPU_I32, n));
-  regions[0] = tpu_b_region_end(b, 1, &go);
-  tpu_b_region_begin(b, nc + 1, av, args);
-  next[0] = tpu_b_binary(b, "stablehlo.add", args[0], tpu_b_const_i(b, TPU_I32, 1));
-  body(b, args[0], args + 1, next + 1);
-  regions[1] = tpu_b_region_end(b, nc + 1, next);
-  if (!regions[0] || !regions[1]) {
-    free(regions[0]);
-    free(regions[1]);
-    if (tpu_b_ok(b)) TPU_B_FAIL(b, TPU_INTERNAL, "lu: while region failed");
-    return;
-  }
-  tpu_b_op(b, "stablehlo.while", nc + 1, ins, 2, regions, NULL, nc + 1, av, res);
-  for (int i = 0; i < nc; i++) outs[i] = res[i + 1];
-}
+/* ---------------------------------------------------------- row exchanges */
 
 /* v with entries k and p (per batch, i32 vector index `p` of shape batch...)
  * exchanged, along dim `dim` (rows of a matrix, or the entries of a vector). */
 static tpu_val_t tpu_lu_swap(tpu_builder_t* b, tpu_val_t v, int dim, tpu_val_t k, tpu_val_t p) {
   tpu_aval_t a = *tpu_b_aval(b, v);
-  tpu_aval_t ia = tpu_lu_retype(&a, TPU_I32);
+  tpu_aval_t ia = tpu_mx_retype(&a, TPU_I32);
   tpu_val_t idx = tpu_b_iota(b, &ia, dim);
   tpu_val_t is_k = tpu_b_compare(b, "EQ", idx, tpu_b_broadcast_in_dim(b, k, a.rank, a.dims, NULL));
-  tpu_val_t is_p = tpu_b_compare(b, "EQ", idx, tpu_lu_bcast_batch(b, p, &ia));
-  tpu_val_t at_k = tpu_lu_take(b, v, dim, k);
-  tpu_val_t at_p = tpu_lu_pick(b, is_p, v, dim);
+  tpu_val_t is_p = tpu_b_compare(b, "EQ", idx, tpu_mx_bcast_batch(b, p, &ia));
+  tpu_val_t at_k = tpu_mx_take(b, v, dim, k);
+  tpu_val_t at_p = tpu_mx_pick(b, is_p, v, dim);
   /* The picked slices lack `dim`; put it back by broadcasting along it. */
   int64_t bd[TPU_MAX_RANK];
   for (int i = 0, o = 0; i < a.rank; i++)
@@ -157,34 +47,35 @@ static tpu_val_t tpu_lu_swap(tpu_builder_t* b, tpu_val_t v, int dim, tpu_val_t k
 /* ---------------------------------------------------------- factorisation */
 
 /* Carry: A (batch..., n, n), pivots (batch..., n) i32 1-based, perm (batch..., n) i32. */
-static void tpu_lu_factor_step(tpu_builder_t* b, tpu_val_t k, const tpu_val_t* in, tpu_val_t* out) {
+static void tpu_lu_factor_step(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_val_t* in, tpu_val_t* out) {
+  (void)ctx;
   tpu_val_t A = in[0], piv = in[1], perm = in[2];
   tpu_aval_t m = *tpu_b_aval(b, A);
   int r = m.rank;
-  tpu_aval_t vec = tpu_lu_drop(&m, 1), ivec = tpu_lu_retype(&vec, TPU_I32), imat = tpu_lu_retype(&m, TPU_I32);
+  tpu_aval_t vec = tpu_mx_drop(&m, 1), ivec = tpu_mx_retype(&vec, TPU_I32), imat = tpu_mx_retype(&m, TPU_I32);
   tpu_val_t vidx = tpu_b_iota(b, &ivec, r - 2);
   tpu_val_t kv = tpu_b_broadcast_in_dim(b, k, ivec.rank, ivec.dims, NULL);
 
   /* p = argmax over rows >= k of |A[:, k]| (first on ties, NaN wins, like idamax). */
-  tpu_val_t col = tpu_lu_take(b, A, r - 1, k);
+  tpu_val_t col = tpu_mx_take(b, A, r - 1, k);
   tpu_val_t mag = tpu_b_select(b, tpu_b_compare(b, "GE", vidx, kv), tpu_b_unary(b, "stablehlo.abs", col),
-                               tpu_lu_const_like(b, &vec, -INFINITY));
+                               tpu_b_full(b, &vec, -INFINITY));
   tpu_val_t p64;
   tpu_b_argreduce(b, mag, r - 2, true, NULL, &p64);
   tpu_val_t p = tpu_b_convert(b, p64, TPU_I32);
 
   tpu_val_t A1 = tpu_lu_swap(b, A, r - 2, k, p);
   out[2] = tpu_lu_swap(b, perm, r - 2, k, p);
-  tpu_val_t p1 = tpu_b_binary(b, "stablehlo.add", p, tpu_lu_const_like(b, tpu_b_aval(b, p), 1));
-  out[1] = tpu_b_select(b, tpu_b_compare(b, "EQ", vidx, kv), tpu_lu_bcast_batch(b, p1, &ivec), piv);
+  tpu_val_t p1 = tpu_b_binary(b, "stablehlo.add", p, tpu_b_full(b, tpu_b_aval(b, p), 1));
+  out[1] = tpu_b_select(b, tpu_b_compare(b, "EQ", vidx, kv), tpu_mx_bcast_batch(b, p1, &ivec), piv);
 
   /* Multipliers l = A1[:, k] / pivot; LAPACK leaves the column unscaled when the
    * pivot is 0 (then it is all zeros below anyway, and must not become NaN). */
-  tpu_val_t rowk = tpu_lu_take(b, A1, r - 2, k);
-  tpu_val_t pivot = tpu_lu_take(b, rowk, r - 2, k);
-  tpu_val_t colk = tpu_lu_take(b, A1, r - 1, k);
-  tpu_val_t pv = tpu_lu_bcast_batch(b, pivot, &vec);
-  tpu_val_t l = tpu_b_select(b, tpu_b_compare(b, "EQ", pv, tpu_lu_const_like(b, &vec, 0)), colk,
+  tpu_val_t rowk = tpu_mx_take(b, A1, r - 2, k);
+  tpu_val_t pivot = tpu_mx_take(b, rowk, r - 2, k);
+  tpu_val_t colk = tpu_mx_take(b, A1, r - 1, k);
+  tpu_val_t pv = tpu_mx_bcast_batch(b, pivot, &vec);
+  tpu_val_t l = tpu_b_select(b, tpu_b_compare(b, "EQ", pv, tpu_b_full(b, &vec, 0)), colk,
                              tpu_b_binary(b, "stablehlo.divide", colk, pv));
 
   tpu_val_t km = tpu_b_broadcast_in_dim(b, k, m.rank, m.dims, NULL);
@@ -192,9 +83,9 @@ static void tpu_lu_factor_step(tpu_builder_t* b, tpu_val_t k, const tpu_val_t* i
   tpu_val_t ci = tpu_b_iota(b, &imat, r - 1);
   tpu_val_t right = tpu_b_compare(b, "GT", ci, km);
   tpu_val_t on_k = tpu_b_compare(b, "EQ", ci, km);
-  tpu_val_t lm = tpu_lu_bcast_vec(b, l, &m, false);
+  tpu_val_t lm = tpu_mx_bcast_vec(b, l, &m, false);
   tpu_val_t upd = tpu_b_binary(b, "stablehlo.subtract", A1,
-                               tpu_b_binary(b, "stablehlo.multiply", lm, tpu_lu_bcast_vec(b, rowk, &m, true)));
+                               tpu_b_binary(b, "stablehlo.multiply", lm, tpu_mx_bcast_vec(b, rowk, &m, true)));
   tpu_val_t A2 = tpu_b_select(b, tpu_b_binary(b, "stablehlo.and", below, on_k), lm, A1);
   out[0] = tpu_b_select(b, tpu_b_binary(b, "stablehlo.and", below, right), upd, A2);
 }
@@ -208,34 +99,28 @@ static tpu_lu_t tpu_lu_factor(tpu_builder_t* b, tpu_val_t A) {
   tpu_lu_t f = {TPU_NOVAL, TPU_NOVAL, TPU_NOVAL};
   if (!tpu_b_ok(b)) return f;
   tpu_aval_t m = *tpu_b_aval(b, A);
-  tpu_aval_t ivec = tpu_lu_retype(&m, TPU_I32);
+  tpu_aval_t ivec = tpu_mx_retype(&m, TPU_I32);
   ivec.rank--;
   tpu_val_t perm = tpu_b_iota(b, &ivec, ivec.rank - 1);
   tpu_val_t init[3] = {A, tpu_b_full(b, &ivec, 0), perm}, res[3];
-  tpu_lu_loop(b, m.dims[m.rank - 1], 3, init, tpu_lu_factor_step, res);
+  tpu_mx_for(b, m.dims[m.rank - 1], 3, init, tpu_lu_factor_step, NULL, res);
   f.LU = res[0];
   f.pivots = res[1];
   f.perm = res[2];
   return f;
 }
 
-/* The diagonal (batch..., n) of square matrices x. */
-static tpu_val_t tpu_lu_diag(tpu_builder_t* b, tpu_val_t x) {
-  tpu_aval_t m = *tpu_b_aval(b, x), im = tpu_lu_retype(&m, TPU_I32);
-  tpu_val_t eye = tpu_b_compare(b, "EQ", tpu_b_iota(b, &im, m.rank - 2), tpu_b_iota(b, &im, m.rank - 1));
-  return tpu_lu_pick(b, eye, x, m.rank - 1);
-}
 
 /* getrf's info: the 1-based index of the first zero on U's diagonal, else 0. */
 static tpu_val_t tpu_lu_info(tpu_builder_t* b, tpu_val_t LU) {
-  tpu_val_t d = tpu_lu_diag(b, LU);
-  tpu_aval_t v = *tpu_b_aval(b, d), iv = tpu_lu_retype(&v, TPU_I32);
+  tpu_val_t d = tpu_mx_diag(b, LU);
+  tpu_aval_t v = *tpu_b_aval(b, d), iv = tpu_mx_retype(&v, TPU_I32);
   tpu_val_t one_based = tpu_b_binary(b, "stablehlo.add", tpu_b_iota(b, &iv, v.rank - 1), tpu_b_full(b, &iv, 1));
   tpu_val_t cand = tpu_b_select(b, tpu_b_compare(b, "EQ", d, tpu_b_full(b, &v, 0)), one_based,
                                 tpu_b_full(b, &iv, INT32_MAX));
   int64_t last = v.rank - 1;
   tpu_val_t first = tpu_b_reduce(b, cand, tpu_b_const_i(b, TPU_I32, INT32_MAX), 1, &last, "stablehlo.minimum");
-  tpu_aval_t bv = tpu_lu_drop(&iv, 1);
+  tpu_aval_t bv = tpu_mx_drop(&iv, 1);
   return tpu_b_select(b, tpu_b_compare(b, "EQ", first, tpu_b_full(b, &bv, INT32_MAX)), tpu_b_full(b, &bv, 0), first);
 }
 
@@ -246,17 +131,18 @@ static tpu_val_t tpu_lu_perm_sign(tpu_builder_t* b, tpu_val_t pivots, tpu_dtype_
   tpu_val_t swapped = tpu_b_convert(b, tpu_b_compare(b, "NE", pivots, one_based), TPU_I32);
   int64_t last = iv.rank - 1;
   tpu_val_t count = tpu_b_reduce(b, swapped, tpu_b_const_i(b, TPU_I32, 0), 1, &last, "stablehlo.add");
-  tpu_aval_t bv = tpu_lu_drop(&iv, 1);
+  tpu_aval_t bv = tpu_mx_drop(&iv, 1);
   tpu_val_t odd = tpu_b_compare(b, "EQ", tpu_b_binary(b, "stablehlo.and", count, tpu_b_full(b, &bv, 1)),
                                 tpu_b_full(b, &bv, 1));
-  tpu_aval_t fv = tpu_lu_retype(&bv, t);
+  tpu_aval_t fv = tpu_mx_retype(&bv, t);
   return tpu_b_select(b, odd, tpu_b_full(b, &fv, -1), tpu_b_full(b, &fv, 1));
 }
 
 /* Carry: perm (batch..., n) i32, pivots (batch..., n) i32 (unchanged). */
-static void tpu_lu_perm_step(tpu_builder_t* b, tpu_val_t k, const tpu_val_t* in, tpu_val_t* out) {
+static void tpu_lu_perm_step(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_val_t* in, tpu_val_t* out) {
+  (void)ctx;
   tpu_aval_t v = *tpu_b_aval(b, in[1]);
-  tpu_val_t pk = tpu_lu_take(b, in[1], v.rank - 1, k);
+  tpu_val_t pk = tpu_mx_take(b, in[1], v.rank - 1, k);
   tpu_val_t p = tpu_b_binary(b, "stablehlo.subtract", pk, tpu_b_full(b, tpu_b_aval(b, pk), 1));
   out[0] = tpu_lu_swap(b, in[0], v.rank - 1, k, p);
   out[1] = in[1];
@@ -266,7 +152,7 @@ static void tpu_lu_perm_step(tpu_builder_t* b, tpu_val_t k, const tpu_val_t* in,
 static tpu_val_t tpu_lu_perm_of_pivots(tpu_builder_t* b, tpu_val_t pivots) {
   tpu_aval_t v = *tpu_b_aval(b, pivots);
   tpu_val_t init[2] = {tpu_b_iota(b, &v, v.rank - 1), pivots}, res[2];
-  tpu_lu_loop(b, v.dims[v.rank - 1], 2, init, tpu_lu_perm_step, res);
+  tpu_mx_for(b, v.dims[v.rank - 1], 2, init, tpu_lu_perm_step, NULL, res);
   return res[0];
 }
 
@@ -276,7 +162,7 @@ static tpu_val_t tpu_lu_perm_of_pivots(tpu_builder_t* b, tpu_val_t pivots) {
 static tpu_val_t tpu_lu_perm_matrix(tpu_builder_t* b, tpu_val_t perm, tpu_dtype_t t) {
   tpu_aval_t v = *tpu_b_aval(b, perm), m = v;
   m.dims[m.rank++] = v.dims[v.rank - 1];
-  tpu_val_t pm = tpu_lu_bcast_vec(b, perm, &m, false);
+  tpu_val_t pm = tpu_mx_bcast_vec(b, perm, &m, false);
   tpu_val_t hit = tpu_b_compare(b, "EQ", pm, tpu_b_iota(b, &m, m.rank - 1));
   return tpu_b_convert(b, hit, t);
 }
@@ -303,7 +189,7 @@ static tpu_val_t tpu_lu_trsm(tpu_builder_t* b, tpu_val_t a, tpu_val_t x, bool lo
  * and X equal: left: M X = X0 (adjoint: M^T X = X0); right: X M = X0 (X M^T). */
 static tpu_val_t tpu_lu_solve(tpu_builder_t* b, tpu_val_t LU, tpu_val_t perm, tpu_val_t X, bool left, bool adjoint) {
   if (!left) /* X M = B  <=>  M^T X^T = B^T */
-    return tpu_lu_mT(b, tpu_lu_solve(b, LU, perm, tpu_lu_mT(b, X), true, !adjoint));
+    return tpu_mx_mT(b, tpu_lu_solve(b, LU, perm, tpu_mx_mT(b, X), true, !adjoint));
   tpu_val_t P = tpu_lu_perm_matrix(b, perm, tpu_b_dtype(b, X));
   if (!adjoint) { /* X = U^-1 L^-1 P B */
     tpu_val_t y = tpu_lu_trsm(b, LU, tpu_lu_apply_perm(b, P, X, false), true, true, false);
@@ -372,7 +258,7 @@ static tpu_status_t* tpu_lower_linalg_inv_ex(tpu_builder_t* b, tpu_op_t* op, int
   tpu_aval_t a = tpu_op_aval(op, 0);
   if (!tpu_lu_check(b, &a, "linalg.inv")) return NULL;
   tpu_val_t A = tpu_op_tensor(b, op, 0);
-  tpu_aval_t im = tpu_lu_retype(&a, TPU_I32);
+  tpu_aval_t im = tpu_mx_retype(&a, TPU_I32);
   tpu_val_t eye = tpu_b_convert(
       b, tpu_b_compare(b, "EQ", tpu_b_iota(b, &im, a.rank - 2), tpu_b_iota(b, &im, a.rank - 1)), a.dtype);
   tpu_lu_t f = tpu_lu_factor(b, A);
@@ -468,8 +354,8 @@ static tpu_lu_t tpu_lu_for_det(tpu_builder_t* b, tpu_op_t* op, const char* api, 
   tpu_aval_t a = tpu_op_aval(op, 0);
   if (!tpu_lu_check(b, &a, api)) return f;
   tpu_val_t A = tpu_op_tensor(b, op, 0);
-  f = tpu_lu_factor(b, tpu_lu_use_transpose(op, 0) ? tpu_lu_mT(b, A) : A);
-  *diag = tpu_lu_diag(b, f.LU);
+  f = tpu_lu_factor(b, tpu_lu_use_transpose(op, 0) ? tpu_mx_mT(b, A) : A);
+  *diag = tpu_mx_diag(b, f.LU);
   return f;
 }
 

@@ -1,0 +1,37 @@
+/* The lowering families: one table per file of ops/, each ending with
+ * {NULL, NULL}, merged by table.c. Adding a family: define its table in its
+ * file, declare it here, list it in table.c. */
+#ifndef TORCHTPU_SRC_OPS_FAMILIES_H_
+#define TORCHTPU_SRC_OPS_FAMILIES_H_
+#include "torchtpu/lowering.h"
+
+extern const tpu_lowering_t tpu_lowerings_creation[];
+extern const tpu_lowering_t tpu_lowerings_elementwise[];
+extern const tpu_lowering_t tpu_lowerings_reduce[];
+extern const tpu_lowering_t tpu_lowerings_matmul[];
+extern const tpu_lowering_t tpu_lowerings_nn[];
+extern const tpu_lowering_t tpu_lowerings_index[];
+extern const tpu_lowering_t tpu_lowerings_shape[];
+extern const tpu_lowering_t tpu_lowerings_random[];
+extern const tpu_lowering_t tpu_lowerings_amp[];
+extern const tpu_lowering_t tpu_lowerings_fft[];
+extern const tpu_lowering_t tpu_lowerings_special[];
+extern const tpu_lowering_t tpu_lowerings_linalg[];
+extern const tpu_lowering_t tpu_lowerings_lu[];
+/* Householder QR (qr.c), symmetric eigendecomposition (eigh.c), SVD (svd.c),
+ * matrix functions (matfn.c), pairwise distances (distance.c). */
+extern const tpu_lowering_t tpu_lowerings_qr[];
+extern const tpu_lowering_t tpu_lowerings_eigh[];
+extern const tpu_lowering_t tpu_lowerings_svd[];
+extern const tpu_lowering_t tpu_lowerings_matfn[];
+extern const tpu_lowering_t tpu_lowerings_distance[];
+extern const tpu_lowering_t tpu_lowerings_misc[];
+extern const tpu_lowering_t tpu_lowerings_nn_models[];
+extern const tpu_lowering_t tpu_lowerings_optim[];
+/* Graph-only families: view ops as values, factories and copies (eager's binding
+ * handles these itself, so eager never reaches them). */
+extern const tpu_lowering_t tpu_lowerings_views[];
+extern const tpu_lowering_t tpu_lowerings_factory[];
+/* _foreach_<op> as <op> per element (ops/foreach.c). */
+extern const tpu_lowering_t tpu_lowerings_foreach[];
+#endif

@@ -1,0 +1,148 @@
+/* Batched-matrix building blocks (see matrix.h). */
+#include "matrix.h"
+
+#include <stdlib.h>
+
+/* The i32 loop counter's aval. */
+static tpu_aval_t tpu_mx_counter_aval(void) { return tpu_aval_make(TPU_I32, 0, NULL); }
+
+void tpu_mx_while(tpu_builder_t* b, int64_t max_iters, int nc, const tpu_val_t* init, tpu_mx_cond_fn cond,
+                  tpu_mx_body_fn body, void* ctx, tpu_val_t* outs, tpu_val_t* out_k) {
+  for (int i = 0; i < nc; i++) outs[i] = TPU_NOVAL;
+  if (out_k) *out_k = TPU_NOVAL;
+  if (!tpu_b_ok(b)) return;
+  if (nc > TPU_MX_MAX_CARRY) {
+    TPU_B_FAIL(b, TPU_INTERNAL, "a loop carries %d values, more than %d", nc, TPU_MX_MAX_CARRY);
+    return;
+  }
+  if (max_iters <= 0) { /* empty matrices: a body slicing index k would not even type-check */
+    for (int i = 0; i < nc; i++) outs[i] = init[i];
+    if (out_k) *out_k = tpu_b_const_i(b, TPU_I32, 0);
+    return;
+  }
+  tpu_aval_t av[TPU_MX_MAX_CARRY + 1];
+  tpu_val_t ins[TPU_MX_MAX_CARRY + 1], args[TPU_MX_MAX_CARRY + 1], next[TPU_MX_MAX_CARRY + 1],
+      res[TPU_MX_MAX_CARRY + 1];
+  av[0] = tpu_mx_counter_aval();
+  ins[0] = tpu_b_const_i(b, TPU_I32, 0);
+  for (int i = 0; i < nc; i++) {
+    av[i + 1] = *tpu_b_aval(b, init[i]);
+    ins[i + 1] = init[i];
+  }
+  char* regions[2];
+  tpu_b_region_begin(b, nc + 1, av, args);
+  tpu_val_t go = tpu_b_compare(b, "LT", args[0], tpu_b_const_i(b, TPU_I32, max_iters));
+  if (cond) go = tpu_b_binary(b, "stablehlo.and", go, cond(b, ctx, args[0], args + 1));
+  regions[0] = tpu_b_region_end(b, 1, &go);
+  tpu_b_region_begin(b, nc + 1, av, args);
+  next[0] = tpu_b_binary(b, "stablehlo.add", args[0], tpu_b_const_i(b, TPU_I32, 1));
+  body(b, ctx, args[0], args + 1, next + 1);
+  regions[1] = tpu_b_region_end(b, nc + 1, next);
+  if (!regions[0] || !regions[1]) {
+    free(regions[0]);
+    free(regions[1]);
+    if (tpu_b_ok(b)) TPU_B_FAIL(b, TPU_INTERNAL, "while loop: a region failed to build");
+    return;
+  }
+  tpu_b_op(b, "stablehlo.while", nc + 1, ins, 2, regions, NULL, nc + 1, av, res);
+  for (int i = 0; i < nc; i++) outs[i] = res[i + 1];
+  if (out_k) *out_k = res[0];
+}
+
+void tpu_mx_for(tpu_builder_t* b, int64_t n, int nc, const tpu_val_t* init, tpu_mx_body_fn body, void* ctx,
+                tpu_val_t* outs) {
+  tpu_mx_while(b, n, nc, init, NULL, body, ctx, outs, NULL);
+}
+
+tpu_aval_t tpu_mx_retype(const tpu_aval_t* a, tpu_dtype_t t) {
+  tpu_aval_t r = *a;
+  r.dtype = t;
+  return r;
+}
+
+tpu_aval_t tpu_mx_drop(const tpu_aval_t* a, int k) {
+  tpu_aval_t r = *a;
+  r.rank -= k;
+  return r;
+}
+
+tpu_val_t tpu_mx_mT(tpu_builder_t* b, tpu_val_t x) {
+  int r = tpu_b_rank(b, x);
+  int64_t perm[TPU_MAX_RANK];
+  for (int i = 0; i < r; i++) perm[i] = i;
+  perm[r - 2] = r - 1;
+  perm[r - 1] = r - 2;
+  return tpu_b_transpose(b, x, perm);
+}
+
+tpu_val_t tpu_mx_bcast_batch(tpu_builder_t* b, tpu_val_t v, const tpu_aval_t* to) {
+  int64_t bd[TPU_MAX_RANK];
+  int r = tpu_b_rank(b, v);
+  for (int i = 0; i < r; i++) bd[i] = i;
+  return tpu_b_broadcast_in_dim(b, v, to->rank, to->dims, bd);
+}
+
+tpu_val_t tpu_mx_bcast_vec(tpu_builder_t* b, tpu_val_t v, const tpu_aval_t* m, bool as_row) {
+  int64_t bd[TPU_MAX_RANK];
+  int r = m->rank;
+  for (int i = 0; i < r - 2; i++) bd[i] = i;
+  bd[r - 2] = as_row ? r - 1 : r - 2;
+  return tpu_b_broadcast_in_dim(b, v, r, m->dims, bd);
+}
+
+tpu_val_t tpu_mx_take(tpu_builder_t* b, tpu_val_t x, int dim, tpu_val_t k) {
+  tpu_aval_t a = *tpu_b_aval(b, x);
+  tpu_val_t zero = tpu_b_const_i(b, TPU_I32, 0);
+  tpu_val_t starts[TPU_MAX_RANK];
+  int64_t sizes[TPU_MAX_RANK], out[TPU_MAX_RANK];
+  int o = 0;
+  for (int i = 0; i < a.rank; i++) {
+    starts[i] = i == dim ? k : zero;
+    sizes[i] = i == dim ? 1 : a.dims[i];
+    if (i != dim) out[o++] = a.dims[i];
+  }
+  return tpu_b_reshape(b, tpu_b_dynamic_slice(b, x, starts, sizes), o, out);
+}
+
+tpu_val_t tpu_mx_pick(tpu_builder_t* b, tpu_val_t mask, tpu_val_t x, int dim) {
+  tpu_aval_t a = *tpu_b_aval(b, x);
+  tpu_val_t z = tpu_b_full(b, &a, 0);
+  int64_t d = dim;
+  return tpu_b_reduce(b, tpu_b_select(b, mask, x, z), tpu_b_const(b, a.dtype, 0), 1, &d, "stablehlo.add");
+}
+
+tpu_val_t tpu_mx_diag(tpu_builder_t* b, tpu_val_t x) {
+  tpu_aval_t m = *tpu_b_aval(b, x);
+  int r = m.rank;
+  int64_t k = m.dims[r - 2] < m.dims[r - 1] ? m.dims[r - 2] : m.dims[r - 1];
+  if (m.dims[r - 2] != m.dims[r - 1]) { /* the leading k x k block holds the diagonal */
+    int64_t start[TPU_MAX_RANK] = {0}, limit[TPU_MAX_RANK], stride[TPU_MAX_RANK];
+    for (int i = 0; i < r; i++) limit[i] = m.dims[i], stride[i] = 1;
+    limit[r - 2] = limit[r - 1] = k;
+    x = tpu_b_slice(b, x, start, limit, stride);
+    m.dims[r - 2] = m.dims[r - 1] = k;
+  }
+  tpu_aval_t im = tpu_mx_retype(&m, TPU_I32);
+  tpu_val_t eye = tpu_b_compare(b, "EQ", tpu_b_iota(b, &im, r - 2), tpu_b_iota(b, &im, r - 1));
+  return tpu_mx_pick(b, eye, x, r - 1);
+}
+
+tpu_val_t tpu_mx_eye(tpu_builder_t* b, const tpu_aval_t* m) {
+  tpu_aval_t im = tpu_mx_retype(m, TPU_I32);
+  tpu_val_t on = tpu_b_compare(b, "EQ", tpu_b_iota(b, &im, m->rank - 2), tpu_b_iota(b, &im, m->rank - 1));
+  return tpu_b_convert(b, on, m->dtype);
+}
+
+tpu_val_t tpu_mx_matmul(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) {
+  int r = tpu_b_rank(b, x);
+  int64_t bd[TPU_MAX_RANK];
+  for (int i = 0; i < r - 2; i++) bd[i] = i;
+  int64_t xc = r - 1, yc = r - 2;
+  return tpu_b_dot_general(b, x, y, r - 2, bd, bd, 1, &xc, &yc, tpu_b_dtype(b, x));
+}
+
+tpu_val_t tpu_mx_tri_pred(tpu_builder_t* b, const tpu_aval_t* shape, bool lower) {
+  tpu_aval_t ia = tpu_mx_retype(shape, TPU_I64);
+  tpu_val_t row = tpu_b_iota(b, &ia, ia.rank - 2), col = tpu_b_iota(b, &ia, ia.rank - 1);
+  return tpu_b_compare(b, lower ? "GE" : "LE", row, col);
+}

@@ -1,0 +1,52 @@
+/* Batched-matrix building blocks shared by the linear-algebra families (LU,
+ * Cholesky and triangular solves, QR, eigh, SVD, matrix functions): counted and
+ * conditional loops (stablehlo.while), per-batch indexing with static shapes,
+ * and the small reshapes every factorisation needs. A "matrix" value has shape
+ * (batch..., m, n); a "vector" (batch..., n). */
+#ifndef TORCHTPU_SRC_OPS_MATRIX_H_
+#define TORCHTPU_SRC_OPS_MATRIX_H_
+#include "common.h"
+
+/* The most values a loop carries (an internal bound: lowerings carry a few). */
+#define TPU_MX_MAX_CARRY 8
+
+/* A loop body: gets the i32 counter k and the carried values, writes the new
+ * carried values. ctx is the caller's. */
+typedef void (*tpu_mx_body_fn)(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_val_t* in, tpu_val_t* out);
+/* A loop condition over (k, carry): a 0-d i1 value. */
+typedef tpu_val_t (*tpu_mx_cond_fn)(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_val_t* in);
+
+/* for k in [0, n): carry = body(k, carry). Writes the final carry to outs. */
+void tpu_mx_for(tpu_builder_t* b, int64_t n, int nc, const tpu_val_t* init, tpu_mx_body_fn body, void* ctx,
+                tpu_val_t* outs);
+/* k = 0; while k < max_iters && cond(k, carry): carry = body(k, carry), k++.
+ * cond may be NULL (a counted loop). Writes the final carry to outs and, if
+ * out_k is not NULL, the final counter (0-d i32). */
+void tpu_mx_while(tpu_builder_t* b, int64_t max_iters, int nc, const tpu_val_t* init, tpu_mx_cond_fn cond,
+                  tpu_mx_body_fn body, void* ctx, tpu_val_t* outs, tpu_val_t* out_k);
+
+/* a with dtype t. */
+tpu_aval_t tpu_mx_retype(const tpu_aval_t* a, tpu_dtype_t t);
+/* a without its last k dims. */
+tpu_aval_t tpu_mx_drop(const tpu_aval_t* a, int k);
+/* Swaps the last two dims (mT). */
+tpu_val_t tpu_mx_mT(tpu_builder_t* b, tpu_val_t x);
+/* A per-batch value (batch...) broadcast to `to` (batch..., more dims). */
+tpu_val_t tpu_mx_bcast_batch(tpu_builder_t* b, tpu_val_t v, const tpu_aval_t* to);
+/* A vector (batch..., n) broadcast to the matrix shape m along its rows (as_row:
+ * v[j] fills column j) or along its columns (v[i] fills row i). */
+tpu_val_t tpu_mx_bcast_vec(tpu_builder_t* b, tpu_val_t v, const tpu_aval_t* m, bool as_row);
+/* The (same-for-every-batch) slice at index k (0-d i32) of dim `dim`, that dim dropped. */
+tpu_val_t tpu_mx_take(tpu_builder_t* b, tpu_val_t x, int dim, tpu_val_t k);
+/* Sum over `dim` of x where mask, else 0: the one entry a one-hot mask selects
+ * (a per-batch index, which dynamic_slice cannot take). */
+tpu_val_t tpu_mx_pick(tpu_builder_t* b, tpu_val_t mask, tpu_val_t x, int dim);
+/* The diagonal (batch..., min(m, n)) of matrices x. */
+tpu_val_t tpu_mx_diag(tpu_builder_t* b, tpu_val_t x);
+/* Identity matrices of shape m (batch..., n, n), dtype m->dtype. */
+tpu_val_t tpu_mx_eye(tpu_builder_t* b, const tpu_aval_t* m);
+/* x @ y over the last two dims, batch dims equal; result in x's dtype. */
+tpu_val_t tpu_mx_matmul(tpu_builder_t* b, tpu_val_t x, tpu_val_t y);
+/* row >= col (lower) or row <= col (upper) over shape's last two dims, as i1. */
+tpu_val_t tpu_mx_tri_pred(tpu_builder_t* b, const tpu_aval_t* shape, bool lower);
+#endif
