@@ -16,6 +16,9 @@ extern const tpu_lowering_t tpu_lowerings_random[];
 extern const tpu_lowering_t tpu_lowerings_amp[];
 extern const tpu_lowering_t tpu_lowerings_fft[];
 extern const tpu_lowering_t tpu_lowerings_special[];
+/* Orthogonal polynomials (polynomial.c), Bessel and Airy functions (bessel.c). */
+extern const tpu_lowering_t tpu_lowerings_polynomial[];
+extern const tpu_lowering_t tpu_lowerings_bessel[];
 extern const tpu_lowering_t tpu_lowerings_linalg[];
 extern const tpu_lowering_t tpu_lowerings_lu[];
 /* Householder QR (qr.c), symmetric eigendecomposition (eigh.c), SVD (svd.c),
