@@ -10,6 +10,8 @@ extern const tpu_lowering_t tpu_lowerings_elementwise[];
 extern const tpu_lowering_t tpu_lowerings_reduce[];
 extern const tpu_lowering_t tpu_lowerings_matmul[];
 extern const tpu_lowering_t tpu_lowerings_nn[];
+/* The multi-class margin losses (nn_margin.c). */
+extern const tpu_lowering_t tpu_lowerings_nn_margin[];
 extern const tpu_lowering_t tpu_lowerings_index[];
 extern const tpu_lowering_t tpu_lowerings_shape[];
 extern const tpu_lowering_t tpu_lowerings_random[];
