@@ -222,3 +222,25 @@ def test_rrelu_eval_matches_cpu_and_training_slopes_in_range():
     slopes = y[neg] / x[neg]
     assert slopes.min() >= 0.1 - 1e-6 and slopes.max() <= 0.3 + 1e-6
     assert torch.equal(y[~neg], x[~neg])
+
+
+# ------------------------------------------------------- complex construction
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_complex_and_polar(dtype):
+    torch.manual_seed(0)
+    a, b = torch.randn(2, 1, dtype=dtype), torch.randn(3, dtype=dtype)  # broadcast to (2, 3)
+    check(torch.complex, a, b)
+    check(torch.polar, a.abs(), b)
+    # gradients flow back through the real and imaginary parts
+    w = torch.complex(torch.randn(2, 3, dtype=dtype), torch.randn(2, 3, dtype=dtype))
+    check_grad(lambda x, y, wr, wi: (torch.complex(x, y) * torch.complex(wr, wi)).real, a, b, w.real.clone(),
+               w.imag.clone())
+
+
+def test_complex_errors():
+    for x, y in [(torch.randn(2), torch.randn(2).double()), (torch.ones(2).long(), torch.ones(2).long())]:
+        for fn in (torch.complex, torch.polar):
+            with pytest.raises(RuntimeError) as cpu:
+                fn(x, y)
+            assert_raises_like(cpu.value, fn, x, y)

@@ -2,7 +2,7 @@
  * family lowers (found by the model suite, tests/models/). CTC loss lives in
  * nn_ctc.c.
  *
- * polar builds complex numbers from magnitude and angle.
+ * polar and complex build complex numbers (from magnitude and angle, or parts).
  *
  * Weight normalisation (_weight_norm_interface and its backward): w = v * g / ||v||
  * with the norm over every dim but `dim`, as torch.nn.utils.parametrizations.
@@ -101,23 +101,56 @@ static tpu_status_t* tpu_lower_weight_norm_interface_backward(tpu_builder_t* b, 
   return NULL;
 }
 
+/* The (real, imaginary) parts of a complex result from two float tensors (args 0
+ * and 1, same dtype, broadcast); ATen's messages. f16 (complex32) is not supported. */
+static bool tpu_complex_operands(tpu_builder_t* b, tpu_op_t* op, tpu_val_t* out_x, tpu_val_t* out_y,
+                                 tpu_aval_t* out_shape) {
+  tpu_aval_t a = tpu_op_aval(op, 0), t = tpu_op_aval(op, 1);
+  if (tpu_op_kind(op, 0) != TPU_ARG_TENSOR || tpu_op_kind(op, 1) != TPU_ARG_TENSOR) {
+    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "%s: expected two tensors", tpu_op_name(op));
+    return false;
+  }
+  if (a.dtype != t.dtype && tpu_dtype_is_float(a.dtype) && tpu_dtype_is_float(t.dtype)) {
+    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "Expected object of scalar type %s but got scalar type %s for second argument",
+               tpu_dtype_scalar_type_name(a.dtype), tpu_dtype_scalar_type_name(t.dtype));
+    return false;
+  }
+  if (a.dtype != t.dtype || (a.dtype != TPU_F32 && a.dtype != TPU_F64 && a.dtype != TPU_F16)) {
+    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "Expected both inputs to be Half, Float or Double tensors but got %s and %s",
+               tpu_dtype_scalar_type_name(a.dtype), tpu_dtype_scalar_type_name(t.dtype));
+    return false;
+  }
+  if (a.dtype == TPU_F16) {
+    TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "%s: complex32 (ComplexHalf) results are not supported on tpu", tpu_op_name(op));
+    return false;
+  }
+  if (!tpu_ops_broadcast_shape(b, op, 2, (int[]){0, 1}, out_shape)) return false;
+  *out_x = tpu_ops_operand(b, op, 0, a.dtype, out_shape);
+  *out_y = tpu_ops_operand(b, op, 1, a.dtype, out_shape);
+  out_shape->dtype = a.dtype == TPU_F32 ? TPU_C64 : TPU_C128;
+  return tpu_b_ok(b);
+}
+
 /* polar(abs, angle) -> abs * (cos(angle) + i sin(angle)): float32 -> complex64,
  * float64 -> complex128 (Llama 4's rotary embedding builds its frequencies so). */
 static tpu_status_t* tpu_lower_polar(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
   (void)max_outs;
-  tpu_aval_t a = tpu_op_aval(op, 0), t = tpu_op_aval(op, 1);
-  if (tpu_op_kind(op, 0) != TPU_ARG_TENSOR || tpu_op_kind(op, 1) != TPU_ARG_TENSOR || a.dtype != t.dtype ||
-      (a.dtype != TPU_F32 && a.dtype != TPU_F64)) {
-    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "Expected both inputs to be Float or Double tensors but got %s and %s",
-               tpu_dtype_scalar_type_name(a.dtype), tpu_dtype_scalar_type_name(t.dtype));
-    return NULL;
-  }
   tpu_aval_t shape;
-  if (!tpu_ops_broadcast_shape(b, op, 2, (int[]){0, 1}, &shape)) return NULL;
-  tpu_val_t r = tpu_ops_operand(b, op, 0, a.dtype, &shape), th = tpu_ops_operand(b, op, 1, a.dtype, &shape);
+  tpu_val_t r, th;
+  if (!tpu_complex_operands(b, op, &r, &th, &shape)) return NULL;
   tpu_val_t parts[2] = {tpu_b_binary(b, "stablehlo.multiply", r, tpu_b_unary(b, "stablehlo.cosine", th)),
                         tpu_b_binary(b, "stablehlo.multiply", r, tpu_b_unary(b, "stablehlo.sine", th))};
-  shape.dtype = a.dtype == TPU_F32 ? TPU_C64 : TPU_C128;
+  outs[0] = tpu_b_op1(b, "stablehlo.complex", 2, parts, NULL, &shape);
+  *nouts = 1;
+  return NULL;
+}
+
+/* complex(real, imag) */
+static tpu_status_t* tpu_lower_complex(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
+  (void)max_outs;
+  tpu_aval_t shape;
+  tpu_val_t parts[2];
+  if (!tpu_complex_operands(b, op, &parts[0], &parts[1], &shape)) return NULL;
   outs[0] = tpu_b_op1(b, "stablehlo.complex", 2, parts, NULL, &shape);
   *nouts = 1;
   return NULL;
@@ -125,6 +158,7 @@ static tpu_status_t* tpu_lower_polar(tpu_builder_t* b, tpu_op_t* op, int max_out
 
 const tpu_lowering_t tpu_lowerings_nn_models[] = {
     {"polar", tpu_lower_polar},
+    {"complex", tpu_lower_complex},
     {"_weight_norm_interface", tpu_lower_weight_norm_interface},
     {"_weight_norm_interface_backward", tpu_lower_weight_norm_interface_backward},
     {"_ctc_loss", tpu_lower_ctc_loss},
