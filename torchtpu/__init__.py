@@ -209,3 +209,32 @@ def synchronize() -> None:
 from . import profiler  # noqa: E402
 from .profiler import profile  # noqa: E402,F401  (torchtpu.profile("trace.json"))
 from . import distributed as _distributed  # noqa: E402,F401  (the "tpu" c10d backend)
+
+
+# ---- interpreter exit ----
+import atexit as _atexit  # noqa: E402
+
+
+def _drain_autograd_thread() -> None:
+    """Lets the tpu autograd thread drop its last graph task while Python still runs.
+
+    Every backward keeps a Python object (the contextvars context PyTorch stashes in
+    the thread-local state) alive in its graph task. A device's autograd thread can
+    drop a finished task just after the main thread moved on; that release takes the
+    GIL, and once interpreter finalization has begun, taking the GIL ends the thread
+    with pthread_exit, which aborts the process ("terminate called without an active
+    exception", exit status 134). A tiny backward on the device, run without that
+    stash, is queued behind whatever the thread still holds: when it returns, the
+    earlier release has happened, while the GIL could still be taken."""
+    if not _C.is_initialized():
+        return
+    try:
+        x = torch.ones((), device="tpu", requires_grad=True)
+        y = x * 2
+        torch.autograd.Variable._execution_engine.run_backward(
+            (y,), (torch.ones((), device="tpu"),), False, False, (), True, True)
+    except Exception:  # noqa: BLE001  (a broken device at exit must not mask the real exit status)
+        pass
+
+
+_atexit.register(_drain_autograd_thread)

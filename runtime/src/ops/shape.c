@@ -396,7 +396,9 @@ static tpu_status_t* tpu_lower_pad(tpu_builder_t* b, tpu_op_t* op, int max_outs,
 
 /* ============================================================== upsampling */
 
-typedef enum { TPU_UP_NEAREST, TPU_UP_NEAREST_EXACT, TPU_UP_LINEAR, TPU_UP_CUBIC } tpu_up_mode_t;
+/* *_AA: the antialiased resizes (interpolate(..., antialias=True)), whose filter
+ * widens with the downscale factor. */
+typedef enum { TPU_UP_NEAREST, TPU_UP_NEAREST_EXACT, TPU_UP_LINEAR, TPU_UP_CUBIC, TPU_UP_LINEAR_AA, TPU_UP_CUBIC_AA } tpu_up_mode_t;
 
 typedef struct tpu_up_kind {
   const char* prefix; /* name without the trailing "Nd" / "Nd_backward" */
@@ -407,6 +409,7 @@ static const tpu_up_kind_t tpu_up_kinds[] = {
     {"upsample_nearest", TPU_UP_NEAREST},  {"_upsample_nearest_exact", TPU_UP_NEAREST_EXACT},
     {"upsample_linear", TPU_UP_LINEAR},    {"upsample_bilinear", TPU_UP_LINEAR},
     {"upsample_trilinear", TPU_UP_LINEAR}, {"upsample_bicubic", TPU_UP_CUBIC},
+    {"_upsample_bilinear", TPU_UP_LINEAR_AA}, {"_upsample_bicubic", TPU_UP_CUBIC_AA},
 };
 
 /* PyTorch's compute_scales_value<T> (T float or double). */
@@ -452,9 +455,56 @@ static void tpu_up_cubic_coeffs(double t, double* c) {
 
 static int64_t tpu_up_clamp(int64_t v, int64_t hi) { return v < 0 ? 0 : (v > hi ? hi : v); }
 
+/* The antialias filters: triangle (bilinear) and Keys' cubic with a = -0.5
+ * (bicubic), as ATen's separable AA kernels. */
+static double tpu_up_aa_filter(bool cubic, double x) {
+  x = fabs(x);
+  if (!cubic) return x < 1 ? 1 - x : 0;
+  const double a = -0.5;
+  if (x < 1) return ((a + 2) * x - (a + 3)) * x * x + 1;
+  if (x < 2) return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a;
+  return 0;
+}
+
+/* The taps of one dim of an antialiased resize: every input pixel within the
+ * filter's support (widened by the scale when downsampling), weights
+ * normalised to sum 1; float math in float like ATen's kernel for float input. */
+static bool tpu_up_taps_aa(tpu_builder_t* b, tpu_taps_t* t, bool cubic, bool is_f64, bool align, bool has_scale,
+                           double scale_arg, int64_t in, int64_t out) {
+  double scale = tpu_up_area_scale(is_f64, align, has_scale, scale_arg, in, out);
+  double half = cubic ? 2.0 : 1.0; /* interp_size / 2 */
+  double support = scale >= 1.0 ? half * scale : half;
+  if (!is_f64) support = (double)(float)support;
+  int ntaps = (int)ceil(support) * 2 + 1;
+  if (!tpu_taps_alloc(b, t, ntaps, in, out, true)) return false;
+  double invscale = scale >= 1.0 ? 1.0 / scale : 1.0;
+  if (!is_f64) invscale = (double)(float)invscale;
+  for (int64_t o = 0; o < out; ++o) {
+    double center = is_f64 ? scale * ((double)o + 0.5) : (double)((float)scale * ((float)o + 0.5f));
+    double lo = is_f64 ? center - support + 0.5 : (double)((float)center - (float)support + 0.5f);
+    double hi = is_f64 ? center + support + 0.5 : (double)((float)center + (float)support + 0.5f);
+    int64_t xmin = (int64_t)lo < 0 ? 0 : (int64_t)lo;
+    int64_t xsize = ((int64_t)hi < in ? (int64_t)hi : in) - xmin;
+    if (xsize > ntaps) xsize = ntaps;
+    double total = 0;
+    for (int64_t j = 0; j < ntaps; ++j) {
+      double arg = ((double)(j + xmin) - center + 0.5) * invscale;
+      if (!is_f64) arg = (double)(((float)(j + xmin) - (float)center + 0.5f) * (float)invscale);
+      double w = j < xsize ? tpu_up_aa_filter(cubic, arg) : 0;
+      t->w[j * out + o] = is_f64 ? w : (double)(float)w;
+      t->idx[j * out + o] = tpu_up_clamp(xmin + j, in - 1);
+      total += t->w[j * out + o];
+    }
+    for (int64_t j = 0; j < ntaps; ++j) t->w[j * out + o] = total != 0 ? t->w[j * out + o] / total : 0;
+  }
+  return true;
+}
+
 /* The taps of one spatial dim (PyTorch's CPU kernels' index/weight formulas). */
 static bool tpu_up_taps(tpu_builder_t* b, tpu_taps_t* t, tpu_up_mode_t mode, bool is_f64, bool align, bool has_scale,
                         double scale, int64_t in, int64_t out) {
+  if (mode == TPU_UP_LINEAR_AA || mode == TPU_UP_CUBIC_AA)
+    return tpu_up_taps_aa(b, t, mode == TPU_UP_CUBIC_AA, is_f64, align, has_scale, scale, in, out);
   int ntaps = mode == TPU_UP_CUBIC ? 4 : mode == TPU_UP_LINEAR ? 2 : 1;
   if (!tpu_taps_alloc(b, t, ntaps, in, out, ntaps > 1)) return false;
   if (mode == TPU_UP_NEAREST || mode == TPU_UP_NEAREST_EXACT) {
@@ -519,7 +569,7 @@ static tpu_status_t* tpu_lower_upsample(tpu_builder_t* b, tpu_op_t* op, int max_
   }
   int n = name[strlen(kind->prefix)] - '0';
   bool backward = strstr(name, "backward") != NULL;
-  bool has_align = kind->mode == TPU_UP_LINEAR || kind->mode == TPU_UP_CUBIC;
+  bool has_align = kind->mode != TPU_UP_NEAREST && kind->mode != TPU_UP_NEAREST_EXACT;
   int osz_i = 1, align_i = backward ? 3 : 2;
   int scales_i = (backward ? 3 : 2) + (has_align ? 1 : 0);
   tpu_aval_t x = tpu_op_aval(op, 0);
@@ -554,7 +604,7 @@ static tpu_status_t* tpu_lower_upsample(tpu_builder_t* b, tpu_op_t* op, int max_
       return NULL;
     }
   }
-  if (!tpu_dtype_is_float(x.dtype) && (kind->mode == TPU_UP_LINEAR || kind->mode == TPU_UP_CUBIC || backward)) {
+  if (!tpu_dtype_is_float(x.dtype) && (has_align || backward)) {
     TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "%s: dtype %s is not supported on tpu", name, tpu_dtype_name(x.dtype));
     return NULL;
   }
@@ -868,5 +918,7 @@ const tpu_lowering_t tpu_lowerings_shape[] = {
     TPU_SHAPE_UP("upsample_bilinear2d"),
     TPU_SHAPE_UP("upsample_trilinear3d"),
     TPU_SHAPE_UP("upsample_bicubic2d"),
+    TPU_SHAPE_UP("_upsample_bilinear2d_aa"),
+    TPU_SHAPE_UP("_upsample_bicubic2d_aa"),
     {NULL, NULL},
 };
