@@ -133,6 +133,16 @@ def test_interpolate(mode):
         check(lambda x: F.interpolate(x, scale_factor=2, mode=mode), x.to(torch.bfloat16))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+def test_interpolate_antialias(mode, dtype):
+    # the filter widens with the downscale factor (24 -> 5: 11 or 21 taps per output pixel)
+    x = torch.randn(1, 2, 24, 12, dtype=dtype)
+    for size, ac in [((5, 7), False), ((7, 3), True), ((30, 16), False)]:
+        check_grad(lambda t: F.interpolate(t, size=size, mode=mode, antialias=True, align_corners=ac), x)
+    check(lambda t: F.interpolate(t, scale_factor=0.3, mode=mode, antialias=True), x)
+
+
 @pytest.mark.parametrize("mode", ["bilinear", "nearest"])
 @pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
 def test_grid_sample(mode, padding):
