@@ -145,11 +145,15 @@ def test_interpolate_antialias(mode, dtype):
 
 @pytest.mark.parametrize("mode", ["bilinear", "nearest"])
 @pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
-def test_grid_sample(mode, padding):
-    x = torch.randn(2, 3, 5, 6)
-    grid = torch.rand(2, 4, 7, 2) * 2.4 - 1.2
+@pytest.mark.parametrize("nd", [2, 3])
+def test_grid_sample(mode, padding, nd):
+    # grads of input and grid (nearest: the grid's is 0); points beyond [-1, 1] exercise the padding
+    x = torch.randn((2, 3) + (5, 6, 4)[:nd])
+    grid = torch.rand((2,) + (4, 7, 3)[:nd] + (nd,)) * 2.6 - 1.3
     for ac in (False, True):
-        check(lambda x, g: F.grid_sample(x, g, mode=mode, padding_mode=padding, align_corners=ac), x, grid)
+        check_grad(lambda x, g: F.grid_sample(x, g, mode=mode, padding_mode=padding, align_corners=ac), x, grid)
+    if nd == 2:
+        check_grad(lambda x, g: F.grid_sample(x, g, mode=mode, padding_mode=padding), x.double(), grid.double())
 
 
 def test_shuffles():

@@ -14,6 +14,8 @@ extern const tpu_lowering_t tpu_lowerings_nn[];
 extern const tpu_lowering_t tpu_lowerings_nn_margin[];
 extern const tpu_lowering_t tpu_lowerings_index[];
 extern const tpu_lowering_t tpu_lowerings_shape[];
+/* grid_sampler_{2,3}d and backwards (grid_sample.c). */
+extern const tpu_lowering_t tpu_lowerings_grid_sample[];
 extern const tpu_lowering_t tpu_lowerings_random[];
 extern const tpu_lowering_t tpu_lowerings_amp[];
 extern const tpu_lowering_t tpu_lowerings_fft[];
