@@ -1,6 +1,285 @@
-/* Lowerings: qr. */
+/* Lowerings: Householder QR (geqrf, linalg_householder_product = orgqr, ormqr,
+ * linalg_qr).
+ *
+ * One unblocked Householder factorisation (LAPACK geqr2's algorithm): a
+ * stablehlo.while over the k = min(m, n) columns of A (batch..., m, n). Step j
+ * builds the reflector H_j = I - tau_j v_j v_j^T that maps A[j:, j] to
+ * (beta, 0, ...) with LAPACK dlarfg's convention (beta = -sign(alpha) * norm,
+ * v_j[j] = 1, tau_j = 0 when the column below the diagonal is already zero), so
+ * R's diagonal may be negative exactly where LAPACK's is, and applies H_j to the
+ * trailing columns as one rank-1 update (w = v^T A, A -= tau v w^T). Shapes stay
+ * static: rows >= j and columns > j are iota masks over the full matrix, as in
+ * lu.c. The result is LAPACK's compact form: R on and above the diagonal, v_j
+ * below it in column j, and tau.
+ *
+ * Q = H_0 H_1 ... H_{k-1} (orgqr) is accumulated backwards from the identity:
+ * Q <- H_j Q for j = k-1 down to 0, each a rank-1 update. ormqr applies the same
+ * reflectors to another matrix in the order its side/transpose ask for. */
 #include "matrix.h"
 
+#include <string.h>
+
+/* ------------------------------------------------------------ reflectors */
+
+/* v^T X over rows: v (batch..., m), X (batch..., m, n) -> (batch..., n). */
+static tpu_val_t tpu_qr_vt_x(tpu_builder_t* b, tpu_val_t v, tpu_val_t X) {
+  int r = tpu_b_rank(b, X);
+  int64_t bd[TPU_MAX_RANK];
+  for (int i = 0; i < r - 2; i++) bd[i] = i;
+  int64_t c = r - 2;
+  return tpu_b_dot_general(b, v, X, r - 2, bd, bd, 1, &c, &c, tpu_b_dtype(b, X));
+}
+
+/* H X = X - tau v (v^T X) with tau per batch (batch...). */
+static tpu_val_t tpu_qr_reflect(tpu_builder_t* b, tpu_val_t X, tpu_val_t v, tpu_val_t tau) {
+  tpu_aval_t m = *tpu_b_aval(b, X);
+  tpu_val_t w = tpu_qr_vt_x(b, v, X);
+  tpu_val_t outer = tpu_b_binary(b, "stablehlo.multiply", tpu_mx_bcast_vec(b, v, &m, false),
+                                 tpu_mx_bcast_vec(b, w, &m, true));
+  return tpu_b_binary(b, "stablehlo.subtract", X,
+                      tpu_b_binary(b, "stablehlo.multiply", tpu_mx_bcast_batch(b, tau, &m), outer));
+}
+
+/* Reflector j of the compact matrix V (batch..., m, >j): V[:, j] below row j,
+ * 1 at row j, 0 above (the part of V on and above the diagonal is not read). */
+static tpu_val_t tpu_qr_vector(tpu_builder_t* b, tpu_val_t V, tpu_val_t j) {
+  tpu_aval_t m = *tpu_b_aval(b, V);
+  int r = m.rank;
+  tpu_aval_t vec = tpu_mx_drop(&m, 1), ivec = tpu_mx_retype(&vec, TPU_I32);
+  tpu_val_t idx = tpu_b_iota(b, &ivec, r - 2), jv = tpu_b_broadcast_in_dim(b, j, ivec.rank, ivec.dims, NULL);
+  tpu_val_t col = tpu_mx_take(b, V, r - 1, j);
+  tpu_val_t unit = tpu_b_select(b, tpu_b_compare(b, "EQ", idx, jv), tpu_b_full(b, &vec, 1), tpu_b_full(b, &vec, 0));
+  return tpu_b_select(b, tpu_b_compare(b, "GT", idx, jv), col, unit);
+}
+
+/* Carry: A (batch..., m, n) in compact form so far, tau (batch..., k). */
+static void tpu_qr_geqrf_step(tpu_builder_t* b, void* ctx, tpu_val_t j, const tpu_val_t* in, tpu_val_t* out) {
+  (void)ctx;
+  tpu_val_t A = in[0];
+  tpu_aval_t m = *tpu_b_aval(b, A);
+  int r = m.rank;
+  tpu_aval_t vec = tpu_mx_drop(&m, 1), ivec = tpu_mx_retype(&vec, TPU_I32), bat = tpu_mx_drop(&m, 2);
+  tpu_val_t idx = tpu_b_iota(b, &ivec, r - 2), jv = tpu_b_broadcast_in_dim(b, j, ivec.rank, ivec.dims, NULL);
+  tpu_val_t below = tpu_b_compare(b, "GT", idx, jv), at = tpu_b_compare(b, "EQ", idx, jv);
+  tpu_val_t x = tpu_mx_take(b, A, r - 1, j);
+  tpu_val_t zero = tpu_b_full(b, &vec, 0), bzero = tpu_b_full(b, &bat, 0);
+  tpu_val_t xb = tpu_b_select(b, below, x, zero);
+  tpu_val_t alpha = tpu_mx_pick(b, at, x, r - 2);
+  int64_t rows = r - 2;
+  tpu_val_t xn2 = tpu_b_reduce(b, tpu_b_binary(b, "stablehlo.multiply", xb, xb), tpu_b_const(b, m.dtype, 0), 1,
+                               &rows, "stablehlo.add");
+  /* dlarfg: beta = -sign(alpha) * ||(alpha, x)||, sign(0) = +. */
+  tpu_val_t norm = tpu_b_unary(b, "stablehlo.sqrt",
+                               tpu_b_binary(b, "stablehlo.add", tpu_b_binary(b, "stablehlo.multiply", alpha, alpha), xn2));
+  tpu_val_t beta = tpu_b_select(b, tpu_b_compare(b, "GE", alpha, bzero), tpu_b_unary(b, "stablehlo.negate", norm), norm);
+  tpu_val_t nz = tpu_b_compare(b, "GT", xn2, bzero);
+  tpu_val_t tau = tpu_b_select(
+      b, nz, tpu_b_binary(b, "stablehlo.divide", tpu_b_binary(b, "stablehlo.subtract", beta, alpha), beta), bzero);
+  tpu_val_t denom = tpu_b_select(b, nz, tpu_b_binary(b, "stablehlo.subtract", alpha, beta), tpu_b_full(b, &bat, 1));
+  tpu_val_t vb = tpu_b_binary(b, "stablehlo.divide", xb, tpu_mx_bcast_batch(b, denom, &vec));
+  tpu_val_t v = tpu_b_select(b, at, tpu_b_full(b, &vec, 1), vb);
+  /* Column j becomes (R part above, beta, v below); columns > j get H_j. */
+  tpu_val_t colj = tpu_b_select(b, at, tpu_mx_bcast_batch(b, tpu_b_select(b, nz, beta, alpha), &vec),
+                                tpu_b_select(b, below, vb, x));
+  tpu_aval_t imat = tpu_mx_retype(&m, TPU_I32);
+  tpu_val_t ci = tpu_b_iota(b, &imat, r - 1), jm = tpu_b_broadcast_in_dim(b, j, m.rank, m.dims, NULL);
+  tpu_val_t A1 = tpu_b_select(b, tpu_b_compare(b, "GT", ci, jm), tpu_qr_reflect(b, A, v, tau), A);
+  out[0] = tpu_b_select(b, tpu_b_compare(b, "EQ", ci, jm), tpu_mx_bcast_vec(b, colj, &m, false), A1);
+  tpu_aval_t ta = *tpu_b_aval(b, in[1]), ita = tpu_mx_retype(&ta, TPU_I32);
+  tpu_val_t on_j = tpu_b_compare(b, "EQ", tpu_b_iota(b, &ita, ta.rank - 1),
+                                 tpu_b_broadcast_in_dim(b, j, ita.rank, ita.dims, NULL));
+  out[1] = tpu_b_select(b, on_j, tpu_mx_bcast_batch(b, tau, &ta), in[1]);
+}
+
+/* geqrf of A (batch..., m, n): the compact matrix and tau (batch..., min(m, n)). */
+static void tpu_qr_geqrf(tpu_builder_t* b, tpu_val_t A, tpu_val_t* out_a, tpu_val_t* out_tau) {
+  tpu_aval_t m = *tpu_b_aval(b, A);
+  int64_t k = m.dims[m.rank - 2] < m.dims[m.rank - 1] ? m.dims[m.rank - 2] : m.dims[m.rank - 1];
+  tpu_aval_t ta = tpu_mx_drop(&m, 1);
+  ta.dims[ta.rank - 1] = k;
+  tpu_val_t init[2] = {A, tpu_b_full(b, &ta, 0)}, res[2];
+  tpu_mx_for(b, k, 2, init, tpu_qr_geqrf_step, NULL, res);
+  *out_a = res[0];
+  *out_tau = res[1];
+}
+
+/* Applying the reflectors of (V, tau) to X from the left, in increasing
+ * (forward) or decreasing order of j. Carry: X, V, tau. */
+typedef struct tpu_qr_apply {
+  int64_t k;
+  bool forward;
+} tpu_qr_apply_t;
+
+static void tpu_qr_apply_step(tpu_builder_t* b, void* ctx, tpu_val_t it, const tpu_val_t* in, tpu_val_t* out) {
+  const tpu_qr_apply_t* c = ctx;
+  tpu_val_t j = c->forward ? it : tpu_b_binary(b, "stablehlo.subtract", tpu_b_const_i(b, TPU_I32, c->k - 1), it);
+  tpu_aval_t ta = *tpu_b_aval(b, in[2]);
+  tpu_val_t tau = tpu_mx_take(b, in[2], ta.rank - 1, j);
+  out[0] = tpu_qr_reflect(b, in[0], tpu_qr_vector(b, in[1], j), tau);
+  out[1] = in[1];
+  out[2] = in[2];
+}
+
+/* H_{j} X for the first k = tau's last dim reflectors: forward applies H_0
+ * first (Q^T X), backward H_{k-1} first (Q X). */
+static tpu_val_t tpu_qr_apply(tpu_builder_t* b, tpu_val_t X, tpu_val_t V, tpu_val_t tau, bool forward) {
+  tpu_aval_t ta = *tpu_b_aval(b, tau);
+  tpu_qr_apply_t c = {ta.dims[ta.rank - 1], forward};
+  tpu_val_t init[3] = {X, V, tau}, res[3];
+  tpu_mx_for(b, c.k, 3, init, tpu_qr_apply_step, &c, res);
+  return res[0];
+}
+
+/* The first `cols` columns of Q = H_0 ... H_{k-1} (m x m), as orgqr. */
+static tpu_val_t tpu_qr_orgqr(tpu_builder_t* b, tpu_val_t V, tpu_val_t tau, int64_t cols) {
+  tpu_aval_t q = *tpu_b_aval(b, V);
+  q.dims[q.rank - 1] = cols;
+  return tpu_qr_apply(b, tpu_mx_eye(b, &q), V, tau, false);
+}
+
+/* ------------------------------------------------------------------ checks */
+
+/* Tensor arg i: at least 2-d, float32/float64; ATen's messages for `api`. */
+static bool tpu_qr_check(tpu_builder_t* b, const tpu_op_t* op, int i, const char* api, const char* kernel) {
+  tpu_aval_t a = tpu_op_aval(op, i);
+  if (a.dtype != TPU_F32 && a.dtype != TPU_F64) {
+    if (tpu_dtype_is_complex(a.dtype))
+      TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "%s: complex inputs are not supported on tpu yet", api);
+    else if (tpu_dtype_is_float(a.dtype))
+      TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "\"%s\" not implemented for '%s'", kernel, tpu_dtype_scalar_type_name(a.dtype));
+    else
+      TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "%s: Expected a floating point or complex tensor as input. Got %s", api,
+                 tpu_dtype_scalar_type_name(a.dtype));
+    return false;
+  }
+  if (a.rank < 2) {
+    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "%s: input must have at least 2 dimensions.", api);
+    return false;
+  }
+  return true;
+}
+
+/* ---------------------------------------------------------------- lowerings */
+
+/* geqrf(self) -> (a, tau) */
+static tpu_status_t* tpu_lower_geqrf(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
+  (void)max_outs;
+  if (!tpu_qr_check(b, op, 0, "torch.geqrf", "geqrf_cpu")) return NULL;
+  tpu_qr_geqrf(b, tpu_op_tensor(b, op, 0), &outs[0], &outs[1]);
+  *nouts = 2;
+  return NULL;
+}
+
+/* The checks orgqr and ormqr share: tau's dtype and batch dims. */
+static bool tpu_qr_check_tau(tpu_builder_t* b, const tpu_aval_t* a, const tpu_aval_t* t, const char* api) {
+  if (t->dtype != a->dtype) {
+    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "%s: tau dtype %s does not match input dtype %s", api,
+               tpu_dtype_scalar_type_name(t->dtype), tpu_dtype_scalar_type_name(a->dtype));
+    return false;
+  }
+  if (t->rank != a->rank - 1 || memcmp(t->dims, a->dims, sizeof(int64_t) * (a->rank - 2)) != 0) {
+    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "%s: Expected batch dimensions of tau to be equal to input.shape[:-2]", api);
+    return false;
+  }
+  return true;
+}
+
+/* linalg_householder_product(input, tau) -> Tensor (orgqr) */
+static tpu_status_t* tpu_lower_linalg_householder_product(tpu_builder_t* b, tpu_op_t* op, int max_outs,
+                                                          tpu_val_t* outs, int* nouts) {
+  (void)max_outs;
+  const char* api = "torch.linalg.householder_product";
+  if (!tpu_qr_check(b, op, 0, api, "orgqr_cpu")) return NULL;
+  tpu_aval_t a = tpu_op_aval(op, 0), t = tpu_op_aval(op, 1);
+  int64_t m = a.dims[a.rank - 2], n = a.dims[a.rank - 1];
+  if (m < n)
+    return TPU_STATUS(TPU_INVALID_ARGUMENT, "%s: input.shape[-2] must be greater than or equal to input.shape[-1]",
+                      api);
+  if (t.rank < 1 || n < t.dims[t.rank - 1])
+    return TPU_STATUS(TPU_INVALID_ARGUMENT, "%s: input.shape[-1] must be greater than or equal to tau.shape[-1]", api);
+  if (!tpu_qr_check_tau(b, &a, &t, api)) return NULL;
+  tpu_val_t V = tpu_op_tensor(b, op, 0), tau = tpu_op_tensor(b, op, 1);
+  outs[0] = tpu_qr_orgqr(b, V, tau, n);
+  *nouts = 1;
+  return NULL;
+}
+
+/* ormqr(self, input2 = tau, input3 = C, left=True, transpose=False) -> Tensor:
+ * op(Q) C (left) or C op(Q) (right), Q m x m from the reflectors in self. */
+static tpu_status_t* tpu_lower_ormqr(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
+  (void)max_outs;
+  const char* api = "torch.ormqr";
+  if (!tpu_qr_check(b, op, 0, api, "ormqr_cpu")) return NULL;
+  tpu_aval_t a = tpu_op_aval(op, 0), t = tpu_op_aval(op, 1), c = tpu_op_aval(op, 2);
+  bool left = tpu_op_bool(op, 3, true), transpose = tpu_op_bool(op, 4, false);
+  int64_t m = a.dims[a.rank - 2];
+  if (c.rank != a.rank || memcmp(c.dims, a.dims, sizeof(int64_t) * (a.rank - 2)) != 0)
+    return TPU_STATUS(TPU_INVALID_ARGUMENT, "%s: Expected batch dimensions of other to be equal to input.shape[:-2]",
+                      api);
+  if (c.dtype != a.dtype)
+    return TPU_STATUS(TPU_INVALID_ARGUMENT, "%s: Expected input and other to have the same dtype", api);
+  if (c.dims[c.rank - (left ? 2 : 1)] != m)
+    return TPU_STATUS(TPU_INVALID_ARGUMENT, "%s: other.shape[%d] must be equal to input.shape[-2]", api,
+                      left ? -2 : -1);
+  if (t.rank < 1 || t.dims[t.rank - 1] > a.dims[a.rank - 1] || t.dims[t.rank - 1] > m)
+    return TPU_STATUS(TPU_INVALID_ARGUMENT, "%s: input.shape[-1] must be greater than or equal to tau.shape[-1]", api);
+  if (!tpu_qr_check_tau(b, &a, &t, api)) return NULL;
+  tpu_val_t V = tpu_op_tensor(b, op, 0), tau = tpu_op_tensor(b, op, 1), C = tpu_op_tensor(b, op, 2);
+  /* Q C: H_{k-1} first; Q^T C: H_0 first; C Q = (Q^T C^T)^T; C Q^T = (Q C^T)^T. */
+  if (left)
+    outs[0] = tpu_qr_apply(b, C, V, tau, transpose);
+  else
+    outs[0] = tpu_mx_mT(b, tpu_qr_apply(b, tpu_mx_mT(b, C), V, tau, !transpose));
+  *nouts = 1;
+  return NULL;
+}
+
+/* The leading rows x cols block of x (batch..., >=rows, >=cols). */
+static tpu_val_t tpu_qr_block(tpu_builder_t* b, tpu_val_t x, int64_t rows, int64_t cols) {
+  tpu_aval_t a = *tpu_b_aval(b, x);
+  int64_t start[TPU_MAX_RANK] = {0}, limit[TPU_MAX_RANK];
+  for (int i = 0; i < a.rank; i++) limit[i] = a.dims[i];
+  limit[a.rank - 2] = rows;
+  limit[a.rank - 1] = cols;
+  return tpu_b_slice(b, x, start, limit, NULL);
+}
+
+/* linalg_qr(A, mode="reduced") -> (Q, R) */
+static tpu_status_t* tpu_lower_linalg_qr(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
+  (void)max_outs;
+  const char* mode = tpu_op_kind(op, 1) == TPU_ARG_STRING ? tpu_op_arg(op, 1)->u.str : "reduced";
+  bool complete = strcmp(mode, "complete") == 0, r_only = strcmp(mode, "r") == 0;
+  if (!complete && !r_only && strcmp(mode, "reduced") != 0)
+    return TPU_STATUS(TPU_INVALID_ARGUMENT,
+                      "qr received unrecognized mode '%s' but expected one of 'reduced' (default), 'r', or 'complete'",
+                      mode);
+  tpu_aval_t a = tpu_op_aval(op, 0);
+  if (a.rank < 2 && (a.dtype == TPU_F32 || a.dtype == TPU_F64))
+    return TPU_STATUS(TPU_INVALID_ARGUMENT, "linalg.qr: The input tensor A must have at least 2 dimensions.");
+  if (!tpu_qr_check(b, op, 0, "linalg.qr", "linalg_qr_cpu")) return NULL;
+  int64_t m = a.dims[a.rank - 2], n = a.dims[a.rank - 1], k = m < n ? m : n;
+  tpu_val_t V, tau;
+  tpu_qr_geqrf(b, tpu_op_tensor(b, op, 0), &V, &tau);
+  /* R: the upper triangle of the compact form, k rows (m when complete). */
+  int64_t rrows = complete ? m : k;
+  tpu_val_t Rb = tpu_qr_block(b, V, rrows, n);
+  tpu_aval_t ra = *tpu_b_aval(b, Rb);
+  outs[1] = tpu_b_select(b, tpu_mx_tri_pred(b, &ra, false), Rb, tpu_b_full(b, &ra, 0));
+  if (r_only) {
+    int64_t zero = 0;
+    tpu_aval_t e = tpu_aval_make(a.dtype, 1, &zero);
+    outs[0] = tpu_b_full(b, &e, 0);
+  } else {
+    outs[0] = tpu_qr_orgqr(b, V, tau, complete ? m : k);
+  }
+  *nouts = 2;
+  return NULL;
+}
+
 const tpu_lowering_t tpu_lowerings_qr[] = {
+    {"geqrf", tpu_lower_geqrf},
+    {"linalg_householder_product", tpu_lower_linalg_householder_product},
+    {"ormqr", tpu_lower_ormqr},
+    {"linalg_qr", tpu_lower_linalg_qr},
     {NULL, NULL},
 };
