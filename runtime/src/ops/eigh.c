@@ -102,27 +102,27 @@ typedef struct tpu_eigh_ctx {
   tpu_dtype_t t;  /* compute dtype */
 } tpu_eigh_ctx_t;
 
-/* M with the pair entries set exactly: diagonal d (batch..., N), 0 at (i, h+i), (h+i, i). */
-static tpu_val_t tpu_eigh_fix_pairs(tpu_builder_t* b, tpu_val_t M, tpu_val_t d, int64_t h) {
+/* M with the rotated pair entries (i, h+i), (h+i, i) set to their exact value 0:
+ * later steps rotate them as ordinary off-diagonal entries. (The diagonal of M is
+ * stale: the carried d holds it, and no other entry depends on it.) */
+static tpu_val_t tpu_eigh_zero_pairs(tpu_builder_t* b, tpu_val_t M, int64_t h) {
   tpu_aval_t m = *tpu_b_aval(b, M), im = tpu_mx_retype(&m, TPU_I32);
   int r = m.rank;
   tpu_val_t row = tpu_b_iota(b, &im, r - 2), col = tpu_b_iota(b, &im, r - 1), hm = tpu_b_full(b, &im, (double)h);
   tpu_val_t pair = tpu_b_binary(b, "stablehlo.or",
                                 tpu_b_compare(b, "EQ", col, tpu_b_binary(b, "stablehlo.add", row, hm)),
                                 tpu_b_compare(b, "EQ", row, tpu_b_binary(b, "stablehlo.add", col, hm)));
-  tpu_val_t on_diag = tpu_b_compare(b, "EQ", row, col);
-  tpu_val_t M1 = tpu_b_select(b, pair, tpu_b_full(b, &m, 0), M);
-  return tpu_b_select(b, on_diag, tpu_mx_bcast_vec(b, d, &m, true), M1);
+  return tpu_b_select(b, pair, tpu_b_full(b, &m, 0), M);
 }
 
-/* One parallel step. Carry: M (batch..., N, N) [, V (batch..., N, N)]. */
+/* One parallel step. Carry: M (batch..., N, N), d (batch..., N) its diagonal
+ * [, V (batch..., N, N)]. */
 static void tpu_eigh_step(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_val_t* in, tpu_val_t* out) {
   (void)k;
   const tpu_eigh_ctx_t* c = ctx;
-  tpu_val_t M = in[0];
+  tpu_val_t M = in[0], d = in[1];
   int r = tpu_b_rank(b, M), last = r - 1;
   int64_t h = c->h;
-  tpu_val_t d = tpu_mx_diag(b, M);
   tpu_val_t app = tpu_eigh_part(b, d, last - 1, 0, h), aqq = tpu_eigh_part(b, d, last - 1, h, 2 * h);
   tpu_val_t apq = tpu_mx_diag(b, tpu_eigh_part(b, tpu_eigh_part(b, M, r - 2, 0, h), last, h, 2 * h));
   tpu_val_t t, s, tau;
@@ -130,9 +130,10 @@ static void tpu_eigh_step(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_va
   tpu_val_t tq = tpu_b_binary(b, "stablehlo.multiply", t, apq);
   tpu_val_t nd[2] = {tpu_b_binary(b, "stablehlo.subtract", app, tq), tpu_b_binary(b, "stablehlo.add", aqq, tq)};
   tpu_val_t M1 = tpu_eigh_rotate(b, tpu_eigh_rotate(b, M, r - 2, s, tau), last, s, tau);
-  M1 = tpu_eigh_fix_pairs(b, M1, tpu_b_concat(b, 2, nd, last - 1), h);
+  M1 = tpu_eigh_zero_pairs(b, M1, h);
   out[0] = tpu_eigh_shuffle(b, tpu_eigh_shuffle(b, M1, r - 2, h), last, h);
-  if (c->vectors) out[1] = tpu_eigh_shuffle(b, tpu_eigh_rotate(b, in[1], last, s, tau), last, h);
+  out[1] = tpu_eigh_shuffle(b, tpu_b_concat(b, 2, nd, last - 1), last - 1, h);
+  if (c->vectors) out[2] = tpu_eigh_shuffle(b, tpu_eigh_rotate(b, in[2], last, s, tau), last, h);
 }
 
 /* Per batch: sum of squares of M off its diagonal. */
@@ -145,11 +146,11 @@ static tpu_val_t tpu_eigh_off2(tpu_builder_t* b, tpu_val_t M) {
                       "stablehlo.add");
 }
 
-/* Sweep loop: carry M [, V], thr2 (batch...): the squared off-norm to reach. */
+/* Sweep loop: carry M, d [, V], thr2 (batch...): the squared off-norm to reach. */
 static tpu_val_t tpu_eigh_not_done(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_val_t* in) {
   (void)k;
   const tpu_eigh_ctx_t* c = ctx;
-  tpu_val_t thr2 = in[c->vectors ? 2 : 1];
+  tpu_val_t thr2 = in[c->vectors ? 3 : 2];
   tpu_val_t gap = tpu_b_binary(b, "stablehlo.subtract", tpu_eigh_off2(b, in[0]), thr2);
   int nb = tpu_b_rank(b, gap);
   int64_t dims[TPU_MAX_RANK];
@@ -161,7 +162,7 @@ static tpu_val_t tpu_eigh_not_done(tpu_builder_t* b, void* ctx, tpu_val_t k, con
 static void tpu_eigh_sweep(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_val_t* in, tpu_val_t* out) {
   (void)k;
   const tpu_eigh_ctx_t* c = ctx;
-  int nm = c->vectors ? 2 : 1;
+  int nm = c->vectors ? 3 : 2;
   tpu_mx_for(b, 2 * c->h - 1, nm, in, tpu_eigh_step, ctx, out);
   out[nm] = in[nm];
 }
@@ -196,19 +197,20 @@ static void tpu_eigh_jacobi(tpu_builder_t* b, tpu_val_t A, bool vectors, tpu_val
   tpu_val_t fro2 = tpu_b_reduce(b, tpu_b_binary(b, "stablehlo.multiply", M, M), tpu_b_const(b, m.dtype, 0), 2, dims,
                                 "stablehlo.add");
   tpu_val_t thr2 = tpu_b_binary(b, "stablehlo.multiply", fro2, tpu_b_full(b, tpu_b_aval(b, fro2), eps * eps));
-  tpu_val_t init[3], res[3];
+  tpu_val_t init[4], res[4];
   int nc = 0;
   init[nc++] = M;
+  init[nc++] = tpu_mx_diag(b, M);
   if (vectors) init[nc++] = tpu_mx_eye(b, &big);
   init[nc++] = thr2;
   tpu_mx_while(b, TPU_EIGH_MAX_SWEEPS, nc, init, tpu_eigh_not_done, tpu_eigh_sweep, &c, res, NULL);
-  tpu_val_t d = tpu_eigh_part(b, tpu_mx_diag(b, res[0]), r - 2, 0, n);
+  tpu_val_t d = tpu_eigh_part(b, res[1], r - 2, 0, n);
   tpu_aval_t dv = *tpu_b_aval(b, d);
   d = tpu_b_binary(b, "stablehlo.multiply", d, tpu_mx_bcast_batch(b, scale, &dv));
   tpu_val_t idx;
   tpu_idx_sort(b, d, r - 2, false, w, &idx);
   if (!vectors) return;
-  tpu_val_t Vn = tpu_eigh_part(b, tpu_eigh_part(b, res[1], r - 2, 0, n), r - 1, 0, n);
+  tpu_val_t Vn = tpu_eigh_part(b, tpu_eigh_part(b, res[2], r - 2, 0, n), r - 1, 0, n);
   tpu_aval_t ia = tpu_mx_retype(&m, TPU_I64);
   *V = tpu_idx_gather_dim(b, Vn, r - 1, tpu_mx_bcast_vec(b, idx, &ia, true));
 }
