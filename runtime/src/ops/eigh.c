@@ -42,37 +42,40 @@ static tpu_val_t tpu_eigh_part(tpu_builder_t* b, tpu_val_t x, int dim, int64_t l
   return tpu_b_slice(b, x, start, limit, NULL);
 }
 
-/* The round-robin move along dim: layout [t_0..t_{h-1}, b_0..b_{h-1}] becomes
- * [t_0, b_0, t_1..t_{h-2}, b_1..b_{h-1}, t_{h-1}] (t_0 stays, the rest cycle). */
-static tpu_val_t tpu_eigh_shuffle(tpu_builder_t* b, tpu_val_t x, int dim, int64_t h) {
-  if (h < 2) return x;
-  int64_t lo[5] = {0, h, 1, h + 1, h - 1}, hi[5] = {1, h + 1, h - 1, 2 * h, h};
+/* The rotation of the halves (L, R) of a matrix along dim (rows: dim r-2,
+ * columns: r-1) by the per-pair (batch..., h) s and tau, in Rutishauser's form:
+ * L - s (R + tau L), R + s (L - tau R). */
+static void tpu_eigh_rotate(tpu_builder_t* b, tpu_val_t* L, tpu_val_t* R, int dim, tpu_val_t s, tpu_val_t tau) {
+  tpu_aval_t half = *tpu_b_aval(b, *L);
+  bool as_row = dim == half.rank - 1;
+  tpu_val_t sm = tpu_mx_bcast_vec(b, s, &half, as_row), tm = tpu_mx_bcast_vec(b, tau, &half, as_row);
+  tpu_val_t nl = tpu_b_binary(
+      b, "stablehlo.subtract", *L,
+      tpu_b_binary(b, "stablehlo.multiply", sm,
+                   tpu_b_binary(b, "stablehlo.add", *R, tpu_b_binary(b, "stablehlo.multiply", tm, *L))));
+  tpu_val_t nr = tpu_b_binary(
+      b, "stablehlo.add", *R,
+      tpu_b_binary(b, "stablehlo.multiply", sm,
+                   tpu_b_binary(b, "stablehlo.subtract", *L, tpu_b_binary(b, "stablehlo.multiply", tm, *R))));
+  *L = nl;
+  *R = nr;
+}
+
+/* The round-robin move of halves (lo, hi) along dim: the concatenation of the
+ * pieces [t_0, b_0, t_1..t_{h-2}, b_1..b_{h-1}, t_{h-1}] (t_0 stays, the rest cycle). */
+static tpu_val_t tpu_eigh_merge(tpu_builder_t* b, tpu_val_t top, tpu_val_t bot, int dim) {
+  int64_t h = tpu_b_aval(b, top)->dims[dim];
+  if (h < 2) {
+    tpu_val_t both[2] = {top, bot};
+    return tpu_b_concat(b, 2, both, dim);
+  }
+  const tpu_val_t src[5] = {top, bot, top, bot, top};
+  int64_t lo[5] = {0, 0, 1, 1, h - 1}, hi[5] = {1, 1, h - 1, h, h};
   tpu_val_t parts[5];
   int np = 0;
   for (int i = 0; i < 5; i++)
-    if (hi[i] > lo[i]) parts[np++] = tpu_eigh_part(b, x, dim, lo[i], hi[i]);
+    if (hi[i] > lo[i]) parts[np++] = tpu_eigh_part(b, src[i], dim, lo[i], hi[i]);
   return tpu_b_concat(b, np, parts, dim);
-}
-
-/* The rotation of the halves along dim (rows: dim r-2, columns: r-1) by the
- * per-pair (batch..., h) s and tau, in Rutishauser's form. */
-static tpu_val_t tpu_eigh_rotate(tpu_builder_t* b, tpu_val_t x, int dim, tpu_val_t s, tpu_val_t tau) {
-  tpu_aval_t a = *tpu_b_aval(b, x);
-  int64_t h = a.dims[dim] / 2;
-  tpu_val_t L = tpu_eigh_part(b, x, dim, 0, h), R = tpu_eigh_part(b, x, dim, h, 2 * h);
-  tpu_aval_t half = *tpu_b_aval(b, L);
-  bool as_row = dim == a.rank - 1;
-  tpu_val_t sm = tpu_mx_bcast_vec(b, s, &half, as_row), tm = tpu_mx_bcast_vec(b, tau, &half, as_row);
-  tpu_val_t nl = tpu_b_binary(
-      b, "stablehlo.subtract", L,
-      tpu_b_binary(b, "stablehlo.multiply", sm,
-                   tpu_b_binary(b, "stablehlo.add", R, tpu_b_binary(b, "stablehlo.multiply", tm, L))));
-  tpu_val_t nr = tpu_b_binary(
-      b, "stablehlo.add", R,
-      tpu_b_binary(b, "stablehlo.multiply", sm,
-                   tpu_b_binary(b, "stablehlo.subtract", L, tpu_b_binary(b, "stablehlo.multiply", tm, R))));
-  tpu_val_t both[2] = {nl, nr};
-  return tpu_b_concat(b, 2, both, dim);
 }
 
 /* The Jacobi rotations of the pairs: t (tangent), s, tau (batch..., h) from the
@@ -102,17 +105,14 @@ typedef struct tpu_eigh_ctx {
   tpu_dtype_t t;  /* compute dtype */
 } tpu_eigh_ctx_t;
 
-/* M with the rotated pair entries (i, h+i), (h+i, i) set to their exact value 0:
- * later steps rotate them as ordinary off-diagonal entries. (The diagonal of M is
- * stale: the carried d holds it, and no other entry depends on it.) */
-static tpu_val_t tpu_eigh_zero_pairs(tpu_builder_t* b, tpu_val_t M, int64_t h) {
-  tpu_aval_t m = *tpu_b_aval(b, M), im = tpu_mx_retype(&m, TPU_I32);
-  int r = m.rank;
-  tpu_val_t row = tpu_b_iota(b, &im, r - 2), col = tpu_b_iota(b, &im, r - 1), hm = tpu_b_full(b, &im, (double)h);
-  tpu_val_t pair = tpu_b_binary(b, "stablehlo.or",
-                                tpu_b_compare(b, "EQ", col, tpu_b_binary(b, "stablehlo.add", row, hm)),
-                                tpu_b_compare(b, "EQ", row, tpu_b_binary(b, "stablehlo.add", col, hm)));
-  return tpu_b_select(b, pair, tpu_b_full(b, &m, 0), M);
+/* An h x h block with its diagonal set to 0: the rotated pair entries (i, h+i)
+ * and (h+i, i) are exactly 0, and later steps rotate them as ordinary
+ * off-diagonal entries. (M's own diagonal is left stale: the carried d holds it,
+ * and no other entry depends on it.) */
+static tpu_val_t tpu_eigh_zero_diag(tpu_builder_t* b, tpu_val_t X) {
+  tpu_aval_t m = *tpu_b_aval(b, X), im = tpu_mx_retype(&m, TPU_I32);
+  tpu_val_t eq = tpu_b_compare(b, "EQ", tpu_b_iota(b, &im, m.rank - 2), tpu_b_iota(b, &im, m.rank - 1));
+  return tpu_b_select(b, eq, tpu_b_full(b, &m, 0), X);
 }
 
 /* One parallel step. Carry: M (batch..., N, N), d (batch..., N) its diagonal
@@ -129,11 +129,23 @@ static void tpu_eigh_step(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_va
   tpu_eigh_angles(b, app, aqq, apq, &t, &s, &tau);
   tpu_val_t tq = tpu_b_binary(b, "stablehlo.multiply", t, apq);
   tpu_val_t nd[2] = {tpu_b_binary(b, "stablehlo.subtract", app, tq), tpu_b_binary(b, "stablehlo.add", aqq, tq)};
-  tpu_val_t M1 = tpu_eigh_rotate(b, tpu_eigh_rotate(b, M, r - 2, s, tau), last, s, tau);
-  M1 = tpu_eigh_zero_pairs(b, M1, h);
-  out[0] = tpu_eigh_shuffle(b, tpu_eigh_shuffle(b, M1, r - 2, h), last, h);
-  out[1] = tpu_eigh_shuffle(b, tpu_b_concat(b, 2, nd, last - 1), last - 1, h);
-  if (c->vectors) out[2] = tpu_eigh_shuffle(b, tpu_eigh_rotate(b, in[2], last, s, tau), last, h);
+  /* Rows, then columns of each row half, as four h x h blocks Xab; then the
+   * round-robin move of rows and columns, assembled in one concatenation per dim. */
+  tpu_val_t T = tpu_eigh_part(b, M, r - 2, 0, h), B = tpu_eigh_part(b, M, r - 2, h, 2 * h);
+  tpu_eigh_rotate(b, &T, &B, r - 2, s, tau);
+  tpu_val_t TT = tpu_eigh_part(b, T, last, 0, h), TB = tpu_eigh_part(b, T, last, h, 2 * h);
+  tpu_val_t BT = tpu_eigh_part(b, B, last, 0, h), BB = tpu_eigh_part(b, B, last, h, 2 * h);
+  tpu_eigh_rotate(b, &TT, &TB, last, s, tau);
+  tpu_eigh_rotate(b, &BT, &BB, last, s, tau);
+  tpu_val_t top = tpu_eigh_merge(b, TT, tpu_eigh_zero_diag(b, TB), last);
+  tpu_val_t bot = tpu_eigh_merge(b, tpu_eigh_zero_diag(b, BT), BB, last);
+  out[0] = tpu_eigh_merge(b, top, bot, r - 2);
+  out[1] = tpu_eigh_merge(b, nd[0], nd[1], last - 1);
+  if (c->vectors) {
+    tpu_val_t VL = tpu_eigh_part(b, in[2], last, 0, h), VR = tpu_eigh_part(b, in[2], last, h, 2 * h);
+    tpu_eigh_rotate(b, &VL, &VR, last, s, tau);
+    out[2] = tpu_eigh_merge(b, VL, VR, last);
+  }
 }
 
 /* Per batch: sum of squares of M off its diagonal. */
