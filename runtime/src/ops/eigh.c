@@ -14,8 +14,8 @@
  * elementwise work per step, no matrix product. A static permutation of rows and
  * columns (one index fixed, the other N - 1 cycled) then brings the next
  * pairing; N - 1 steps are a sweep, in which every pair meets once and after
- * which the layout is the identity again. Eigenvectors accumulate as V <- V J
- * (column rotations of V).
+ * which the layout is the identity again. Eigenvectors accumulate as V <- V J,
+ * carried as V^T so that its rotations and moves act on contiguous rows.
  *
  * Sweeps run in a stablehlo.while while some batch element has an off-diagonal
  * Frobenius norm above eps(dtype) * ||A||_F, at most TPU_EIGH_MAX_SWEEPS. Then
@@ -142,9 +142,10 @@ static void tpu_eigh_step(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_va
   out[0] = tpu_eigh_merge(b, top, bot, r - 2);
   out[1] = tpu_eigh_merge(b, nd[0], nd[1], last - 1);
   if (c->vectors) {
-    tpu_val_t VL = tpu_eigh_part(b, in[2], last, 0, h), VR = tpu_eigh_part(b, in[2], last, h, 2 * h);
-    tpu_eigh_rotate(b, &VL, &VR, last, s, tau);
-    out[2] = tpu_eigh_merge(b, VL, VR, last);
+    /* V^T is carried (rows rotate and move: contiguous, unlike columns). */
+    tpu_val_t VT = tpu_eigh_part(b, in[2], r - 2, 0, h), VB = tpu_eigh_part(b, in[2], r - 2, h, 2 * h);
+    tpu_eigh_rotate(b, &VT, &VB, r - 2, s, tau);
+    out[2] = tpu_eigh_merge(b, VT, VB, r - 2);
   }
 }
 
@@ -222,7 +223,7 @@ static void tpu_eigh_jacobi(tpu_builder_t* b, tpu_val_t A, bool vectors, tpu_val
   tpu_val_t idx;
   tpu_idx_sort(b, d, r - 2, false, w, &idx);
   if (!vectors) return;
-  tpu_val_t Vn = tpu_eigh_part(b, tpu_eigh_part(b, res[2], r - 2, 0, n), r - 1, 0, n);
+  tpu_val_t Vn = tpu_mx_mT(b, tpu_eigh_part(b, tpu_eigh_part(b, res[2], r - 2, 0, n), r - 1, 0, n));
   tpu_aval_t ia = tpu_mx_retype(&m, TPU_I64);
   *V = tpu_idx_gather_dim(b, Vn, r - 1, tpu_mx_bcast_vec(b, idx, &ia, true));
 }
