@@ -12,7 +12,7 @@
  * lgamma/digamma/polygamma/zeta; the Bessel functions evaluate the same Cephes
  * Chebyshev expansions as ATen (Math.h), with the double coefficient sets for
  * every dtype (the float sets are their tails). */
-#include "common.h"
+#include "special.h"
 
 #include <math.h>
 #include <string.h>
@@ -29,32 +29,6 @@
 #ifndef M_SQRT1_2
 #define M_SQRT1_2 0.70710678118654752440
 #endif
-
-/* ------------------------------------------------------- builder shorthands */
-
-static tpu_val_t sp_c(tpu_builder_t* b, tpu_val_t like, double v) { return tpu_ops_like(b, like, v); }
-static tpu_val_t sp_add(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) { return tpu_b_binary(b, "stablehlo.add", x, y); }
-static tpu_val_t sp_sub(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) { return tpu_b_binary(b, "stablehlo.subtract", x, y); }
-static tpu_val_t sp_mul(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) { return tpu_b_binary(b, "stablehlo.multiply", x, y); }
-static tpu_val_t sp_div(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) { return tpu_b_binary(b, "stablehlo.divide", x, y); }
-static tpu_val_t sp_un(tpu_builder_t* b, const char* hlo, tpu_val_t x) { return tpu_b_unary(b, hlo, x); }
-static tpu_val_t sp_sel(tpu_builder_t* b, tpu_val_t p, tpu_val_t t, tpu_val_t f) { return tpu_b_select(b, p, t, f); }
-static tpu_val_t sp_or(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) { return tpu_b_binary(b, "stablehlo.or", x, y); }
-static tpu_val_t sp_and(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) { return tpu_b_binary(b, "stablehlo.and", x, y); }
-/* x <dir> constant */
-static tpu_val_t sp_cmpc(tpu_builder_t* b, const char* dir, tpu_val_t x, double c) {
-  return tpu_b_compare(b, dir, x, sp_c(b, x, c));
-}
-static tpu_val_t sp_isnan(tpu_builder_t* b, tpu_val_t x) { return tpu_b_compare(b, "NE", x, x); }
-static tpu_val_t sp_abs(tpu_builder_t* b, tpu_val_t x) { return sp_un(b, "stablehlo.abs", x); }
-static tpu_val_t sp_neg(tpu_builder_t* b, tpu_val_t x) { return sp_un(b, "stablehlo.negate", x); }
-static tpu_val_t sp_log(tpu_builder_t* b, tpu_val_t x) { return sp_un(b, "stablehlo.log", x); }
-static tpu_val_t sp_exp(tpu_builder_t* b, tpu_val_t x) { return sp_un(b, "stablehlo.exponential", x); }
-/* x is an integer (floor(x) == x; false for inf and NaN). */
-static tpu_val_t sp_is_int(tpu_builder_t* b, tpu_val_t x) {
-  tpu_val_t fin = sp_cmpc(b, "LT", sp_abs(b, x), INFINITY);
-  return sp_and(b, fin, tpu_b_compare(b, "EQ", sp_un(b, "stablehlo.floor", x), x));
-}
 
 /* ------------------------------------------------------------ gamma family */
 
@@ -145,7 +119,7 @@ static const double sp_i1e_b[] = {
     7.78576235018280120474E-1};
 
 /* Cephes chbevl: Clenshaw recurrence of a Chebyshev series at y. */
-static tpu_val_t sp_chbevl(tpu_builder_t* b, tpu_val_t y, const double* c, size_t n) {
+tpu_val_t tpu_special_chbevl(tpu_builder_t* b, tpu_val_t y, const double* c, size_t n) {
   tpu_val_t b0 = sp_c(b, y, c[0]), b1 = sp_c(b, y, 0.0), b2 = b1;
   for (size_t i = 1; i < n; ++i) {
     b2 = b1;
@@ -162,11 +136,11 @@ static tpu_val_t sp_bessel_ie(tpu_builder_t* b, tpu_val_t ax, bool order1) {
   size_t na = order1 ? TPU_ARRAY_LEN(sp_i1e_a) : TPU_ARRAY_LEN(sp_i0e_a);
   const double* c = order1 ? sp_i1e_b : sp_i0e_b;
   size_t nc = order1 ? TPU_ARRAY_LEN(sp_i1e_b) : TPU_ARRAY_LEN(sp_i0e_b);
-  tpu_val_t small = sp_chbevl(b, sp_sub(b, sp_mul(b, ax, sp_c(b, ax, 0.5)), sp_c(b, ax, 2.0)), a, na);
+  tpu_val_t small = tpu_special_chbevl(b, sp_sub(b, sp_mul(b, ax, sp_c(b, ax, 0.5)), sp_c(b, ax, 2.0)), a, na);
   if (order1) small = sp_mul(b, small, ax);
   /* The large branch at 32/|x| - 2; |x| <= 8 would leave its range, so clamp. */
   tpu_val_t big_x = tpu_b_binary(b, "stablehlo.maximum", ax, sp_c(b, ax, 8.0));
-  tpu_val_t big = sp_chbevl(b, sp_sub(b, sp_div(b, sp_c(b, ax, 32.0), big_x), sp_c(b, ax, 2.0)), c, nc);
+  tpu_val_t big = tpu_special_chbevl(b, sp_sub(b, sp_div(b, sp_c(b, ax, 32.0), big_x), sp_c(b, ax, 2.0)), c, nc);
   big = sp_div(b, big, sp_un(b, "stablehlo.sqrt", big_x));
   return sp_sel(b, sp_cmpc(b, "LE", ax, 8.0), small, big);
 }
@@ -182,12 +156,12 @@ static tpu_val_t sp_i1e(tpu_builder_t* b, tpu_val_t x) { return sp_odd(b, x, sp_
 /* exp(|x|) times the scaled value, as ATen does (so overflow happens where it
  * does). At |x| = inf that product is inf * 0; the limits are I0 = +inf and
  * I1(+-inf) = +-inf (ATen's CPU kernels give NaN there). */
-static tpu_val_t sp_i0(tpu_builder_t* b, tpu_val_t x) {
+tpu_val_t tpu_special_i0(tpu_builder_t* b, tpu_val_t x) {
   tpu_val_t ax = sp_abs(b, x);
   tpu_val_t y = sp_mul(b, sp_exp(b, ax), sp_bessel_ie(b, ax, false));
   return sp_sel(b, sp_cmpc(b, "EQ", ax, INFINITY), ax, y);
 }
-static tpu_val_t sp_i1(tpu_builder_t* b, tpu_val_t x) {
+tpu_val_t tpu_special_i1(tpu_builder_t* b, tpu_val_t x) {
   tpu_val_t ax = sp_abs(b, x);
   tpu_val_t y = sp_odd(b, x, sp_mul(b, sp_exp(b, ax), sp_bessel_ie(b, ax, true)));
   return sp_sel(b, sp_cmpc(b, "EQ", ax, INFINITY), x, y);
@@ -264,13 +238,9 @@ static tpu_val_t sp_logaddexp2(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) { ret
 
 /* ------------------------------------------------------------------ dtypes */
 
-enum {
-  SP_NO_HALF = 1u << 0, /* f16/bf16 raise NotImplementedError naming the kernel */
-  SP_NO_INT = 1u << 1,  /* integral/bool raise NotImplementedError */
-};
-
 /* PyTorch's dtype checks for kernel `kernel` dispatched on dtype t. */
-static bool sp_check_dtype(tpu_builder_t* b, const char* name, unsigned flags, const char* kernel, tpu_dtype_t t) {
+bool tpu_special_check_dtype(tpu_builder_t* b, const char* name, unsigned flags, const char* kernel,
+                             tpu_dtype_t t) {
   if (tpu_dtype_is_complex(t)) {
     TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "%s: complex tensors are not supported on tpu", name);
     return false;
@@ -281,21 +251,21 @@ static bool sp_check_dtype(tpu_builder_t* b, const char* name, unsigned flags, c
   return !bad;
 }
 
-static tpu_status_t* sp_result(tpu_val_t v, tpu_val_t* outs, int* nouts) {
+tpu_status_t* tpu_special_result(tpu_val_t v, tpu_val_t* outs, int* nouts) {
   outs[0] = v;
   *nouts = 1;
   return NULL;
 }
 
 /* Tensor arg i in its float result dtype *rt and compute dtype (returned). */
-static tpu_val_t sp_float_input(tpu_builder_t* b, tpu_op_t* op, int i, const char* name, unsigned flags,
-                                const char* kernel, tpu_dtype_t* rt) {
+tpu_val_t tpu_special_float_input(tpu_builder_t* b, tpu_op_t* op, int i, const char* name, unsigned flags,
+                                  const char* kernel, tpu_dtype_t* rt) {
   if (tpu_op_kind(op, i) != TPU_ARG_TENSOR) {
     TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "%s: expected a tensor argument", name);
     return TPU_NOVAL;
   }
   tpu_dtype_t in = tpu_op_aval(op, i).dtype;
-  if (!sp_check_dtype(b, name, flags, kernel, in)) return TPU_NOVAL;
+  if (!tpu_special_check_dtype(b, name, flags, kernel, in)) return TPU_NOVAL;
   *rt = tpu_dtype_to_float(in);
   return tpu_b_convert(b, tpu_op_tensor(b, op, i), tpu_dtype_opmath(*rt));
 }
@@ -313,12 +283,12 @@ typedef struct sp_unary {
 static const sp_unary_t sp_unaries[] = {
     {"lgamma", sp_lgamma, 0, "lgamma_vml_cpu"},
     {"digamma", sp_digamma, 0, "digamma"},
-    {"i0", sp_i0, 0, "i0_cpu"},
+    {"i0", tpu_special_i0, 0, "i0_cpu"},
     {"special_i0e", sp_i0e, 0, "i0e_cpu"},
-    {"special_i1", sp_i1, 0, "i1_cpu"},
+    {"special_i1", tpu_special_i1, 0, "i1_cpu"},
     {"special_i1e", sp_i1e, 0, "i1e_cpu"},
-    {"special_modified_bessel_i0", sp_i0, SP_NO_HALF, "modified_bessel_i0_cpu"},
-    {"special_modified_bessel_i1", sp_i1, SP_NO_HALF, "modified_bessel_i1_cpu"},
+    {"special_modified_bessel_i0", tpu_special_i0, SP_NO_HALF, "modified_bessel_i0_cpu"},
+    {"special_modified_bessel_i1", tpu_special_i1, SP_NO_HALF, "modified_bessel_i1_cpu"},
     {"special_ndtri", sp_ndtri, SP_NO_HALF, "ndtri_cpu"},
     {"special_log_ndtr", sp_log_ndtr, SP_NO_HALF, "log_ndtr_cpu"},
     {"special_erfcx", sp_erfcx, SP_NO_HALF, "erfcx_cpu"},
@@ -334,9 +304,9 @@ static tpu_status_t* tpu_lower_special_unary(tpu_builder_t* b, tpu_op_t* op, int
     if (strcmp(sp_unaries[i].name, name) == 0) d = &sp_unaries[i];
   if (!d) return TPU_STATUS(TPU_INTERNAL, "special: no unary row for %s", name);
   tpu_dtype_t rt = TPU_F32;
-  tpu_val_t x = sp_float_input(b, op, 0, name, d->flags, d->kernel, &rt);
+  tpu_val_t x = tpu_special_float_input(b, op, 0, name, d->flags, d->kernel, &rt);
   if (!tpu_b_ok(b)) return NULL;
-  return sp_result(tpu_b_convert(b, d->fn(b, x), rt), outs, nouts);
+  return tpu_special_result(tpu_b_convert(b, d->fn(b, x), rt), outs, nouts);
 }
 
 /* ----------------------------------------------------------- binary table */
@@ -358,8 +328,8 @@ static const sp_binary_t sp_binaries[] = {
 
 /* Arg i broadcast to `shape` in compute type ct: tensors cast to the common dtype
  * first (TensorIterator), Scalars straight to ct (ATen reads them in opmath). */
-static tpu_val_t sp_operand(tpu_builder_t* b, tpu_op_t* op, int i, tpu_dtype_t common, tpu_dtype_t ct,
-                            const tpu_aval_t* shape) {
+tpu_val_t tpu_special_operand(tpu_builder_t* b, tpu_op_t* op, int i, tpu_dtype_t common, tpu_dtype_t ct,
+                              const tpu_aval_t* shape) {
   tpu_val_t v = tpu_op_kind(op, i) == TPU_ARG_TENSOR
                     ? tpu_b_convert(b, tpu_b_convert(b, tpu_op_tensor(b, op, i), common), ct)
                     : tpu_op_scalar(b, op, i, ct);
@@ -376,15 +346,15 @@ static tpu_status_t* tpu_lower_special_binary(tpu_builder_t* b, tpu_op_t* op, in
   if (!d) return TPU_STATUS(TPU_INTERNAL, "special: no binary row for %s", name);
   int args[2] = {0, 1};
   tpu_dtype_t common = tpu_ops_result_type(op, 2, args);
-  if (!sp_check_dtype(b, name, d->flags, d->kernel, common)) return NULL;
+  if (!tpu_special_check_dtype(b, name, d->flags, d->kernel, common)) return NULL;
   tpu_aval_t shape;
   if (!tpu_ops_broadcast_shape(b, op, 2, args, &shape)) return NULL;
   tpu_dtype_t rt = tpu_dtype_to_float(common), ct = tpu_dtype_opmath(rt);
   shape.dtype = ct;
-  tpu_val_t x = sp_operand(b, op, 0, common, ct, &shape);
-  tpu_val_t y = sp_operand(b, op, 1, common, ct, &shape);
+  tpu_val_t x = tpu_special_operand(b, op, 0, common, ct, &shape);
+  tpu_val_t y = tpu_special_operand(b, op, 1, common, ct, &shape);
   if (!tpu_b_ok(b)) return NULL;
-  return sp_result(tpu_b_convert(b, d->fn(b, x, y), rt), outs, nouts);
+  return tpu_special_result(tpu_b_convert(b, d->fn(b, x, y), rt), outs, nouts);
 }
 
 /* ------------------------------------------------- polygamma and mvlgamma */
@@ -398,9 +368,9 @@ static tpu_status_t* tpu_lower_polygamma(tpu_builder_t* b, tpu_op_t* op, int max
     return NULL;
   }
   tpu_dtype_t rt = TPU_F32;
-  tpu_val_t x = sp_float_input(b, op, 1, "polygamma", 0, "polygamma", &rt);
+  tpu_val_t x = tpu_special_float_input(b, op, 1, "polygamma", 0, "polygamma", &rt);
   if (!tpu_b_ok(b)) return NULL;
-  return sp_result(tpu_b_convert(b, sp_polygamma(b, n, x), rt), outs, nouts);
+  return tpu_special_result(tpu_b_convert(b, sp_polygamma(b, n, x), rt), outs, nouts);
 }
 
 /* mvlgamma(x, p) = p(p-1)/4 log(pi) + sum_{j<p} lgamma(x - j/2). ATen also checks
@@ -414,11 +384,11 @@ static tpu_status_t* tpu_lower_mvlgamma(tpu_builder_t* b, tpu_op_t* op, int max_
     return NULL;
   }
   tpu_dtype_t rt = TPU_F32;
-  tpu_val_t x = sp_float_input(b, op, 0, "mvlgamma", 0, "mvlgamma", &rt);
+  tpu_val_t x = tpu_special_float_input(b, op, 0, "mvlgamma", 0, "mvlgamma", &rt);
   if (!tpu_b_ok(b)) return NULL;
   tpu_val_t s = sp_c(b, x, (double)p * (double)(p - 1) * 0.25 * log(M_PI));
   for (int64_t j = 0; j < p; ++j) s = sp_add(b, s, sp_lgamma(b, sp_sub(b, x, sp_c(b, x, 0.5 * (double)j))));
-  return sp_result(tpu_b_convert(b, s, rt), outs, nouts);
+  return tpu_special_result(tpu_b_convert(b, s, rt), outs, nouts);
 }
 
 const tpu_lowering_t tpu_lowerings_special[] = {
