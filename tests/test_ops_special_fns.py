@@ -31,7 +31,12 @@ rule), where ATen's code defines them: n < 0 → 0; n NaN, ±inf or outside int6
 uninitialised value there; tpu returns NaN); Hermite n > 128 (float) / 512
 (double) → NaN; the interval ends' closed forms; J/Y(±inf) = NaN (cos(inf) in
 the Hankel form), Y(0) = -inf, Y(x < 0) = NaN, K(0) = inf, K(x < 0) = NaN,
-K(inf) = 0, spherical j0(±inf) = 0, Ai(±inf) = NaN, Ai(x > 103.892) = 0."""
+K(inf) = 0, spherical j0(±inf) = 0, Ai(±inf) = NaN, Ai(x > 103.892) = 0; the
+finite ones exactly (past 103.892 Ai's formula is below float64's normal range,
+so that cut-off itself is invisible once XLA flushes subnormals). K and
+Ai on x > 0 decay exponentially: they are compared relatively only (no absolute
+tolerance), within the default rtol, down to the smallest normal number (XLA's
+CPU code flushes subnormal results to zero)."""
 import pytest
 import torch
 
@@ -62,8 +67,10 @@ def fn(name):
     return getattr(torch.special, name)
 
 
-def assert_close_where(actual, expected, scale, what):
-    """actual (tpu) == expected (CPU) with per-element tolerance scale (a tensor)."""
+def assert_close_where(actual, expected, scale, what, relative=None):
+    """actual (tpu) == expected (CPU) with per-element tolerance scale (a tensor);
+    where `relative` (a bool tensor), without the absolute part (values that
+    decay exponentially: their relative error is the one that matters)."""
     assert actual.device.type == "tpu"
     a = actual.cpu()
     assert a.dtype == expected.dtype and a.shape == expected.shape, what
@@ -72,7 +79,10 @@ def assert_close_where(actual, expected, scale, what):
     bad = torch.isnan(ad) != torch.isnan(ed)
     fin = torch.isfinite(ed)
     bad |= ~fin & ~torch.isnan(ed) & (ad != ed)
-    bad |= fin & ((ad - ed).abs() > (t["atol"] + t["rtol"] * ed.abs()) * scale)
+    atol = torch.full(ed.shape, t["atol"], dtype=torch.float64)
+    if relative is not None:
+        atol[relative] = 0.0
+    bad |= fin & ((ad - ed).abs() > (atol + t["rtol"] * ed.abs()) * scale)
     if bad.any():
         rows = [f"  at {i}: got {ad[tuple(i)].item()!r}, expected {ed[tuple(i)].item()!r}"
                 for i in bad.nonzero().tolist()[:8]]
@@ -191,7 +201,7 @@ def test_polynomial_half_raises(dtype):
 
 # ----------------------------------------------------------- Bessel and Airy
 
-SPECIAL = [0.0, -0.0, -1.0, INF, -INF, NAN, 200.0]
+SPECIAL = [0.0, -0.0, -1.0, INF, -INF, NAN, 103.9]
 DEFINED = {  # values at SPECIAL, from ATen's branches (module docstring); None: not special
     "bessel_j0": [1.0, 1.0, None, NAN, NAN, NAN, None],
     "bessel_j1": [0.0, -0.0, None, NAN, NAN, NAN, None],
@@ -229,9 +239,13 @@ def test_bessel(name, dtype):
         elif not name.startswith("bessel_"):
             phase = torch.zeros_like(phase)
         scale = torch.clamp(phase * 2.0 ** -22 / tol(dtype)["atol"], min=1.0)
-    assert_close_where(got[:-k], expected, scale, name)
+    decaying = x > 0 if name == "airy_ai" else torch.full(x.shape, "modified" in name)
+    decaying &= expected.abs() >= torch.finfo(dtype).tiny  # XLA flushes subnormal results to 0
+    assert_close_where(got[:-k], expected, scale, name, relative=decaying)
     want = torch.tensor([DEFINED[name][i] for i in keep], dtype=dtype)
     assert_special(got[-k:], want, what=f"{name} at {[SPECIAL[i] for i in keep]}")
+    fin = torch.isfinite(want)
+    assert torch.equal(got[-k:].cpu()[fin], want[fin]), f"{name}: {got[-k:].cpu()} != {want}"
 
 
 @pytest.mark.parametrize("name", BESSEL)
@@ -257,3 +271,8 @@ def test_bessel_shapes_and_out():
     assert torch.special.modified_bessel_k1(x.to("tpu"), out=out) is out
     assert_same(out, torch.special.modified_bessel_k1(x))
     assert_same(torch.special.airy_ai(x[0, 0].to("tpu")), torch.special.airy_ai(x[0, 0]))
+    # views on tpu (non-contiguous, offset) as both operands
+    xt, n = x.to("tpu"), torch.randint(0, 12, (4, 3, 2)).double()
+    assert_same(torch.special.bessel_y1(xt.transpose(0, 2)[1:]), torch.special.bessel_y1(x.transpose(0, 2)[1:]))
+    assert_same(torch.special.legendre_polynomial_p(xt.transpose(0, 2) / 10, n.to("tpu")),
+                torch.special.legendre_polynomial_p(x.transpose(0, 2) / 10, n))
