@@ -13,6 +13,8 @@ extern const tpu_lowering_t tpu_lowerings_nn[];
 /* The multi-class margin losses (nn_margin.c). */
 extern const tpu_lowering_t tpu_lowerings_nn_margin[];
 extern const tpu_lowering_t tpu_lowerings_index[];
+/* EmbeddingBag (embedding_bag.c). */
+extern const tpu_lowering_t tpu_lowerings_embedding_bag[];
 extern const tpu_lowering_t tpu_lowerings_shape[];
 /* grid_sampler_{2,3}d and backwards (grid_sample.c). */
 extern const tpu_lowering_t tpu_lowerings_grid_sample[];
