@@ -146,3 +146,17 @@ tpu_val_t tpu_mx_tri_pred(tpu_builder_t* b, const tpu_aval_t* shape, bool lower)
   tpu_val_t row = tpu_b_iota(b, &ia, ia.rank - 2), col = tpu_b_iota(b, &ia, ia.rank - 1);
   return tpu_b_compare(b, lower ? "GE" : "LE", row, col);
 }
+
+tpu_val_t tpu_mx_slice(tpu_builder_t* b, tpu_val_t x, int dim, int64_t lo, int64_t hi) {
+  tpu_aval_t a = *tpu_b_aval(b, x);
+  int64_t start[TPU_MAX_RANK] = {0}, limit[TPU_MAX_RANK];
+  for (int i = 0; i < a.rank; i++) limit[i] = a.dims[i];
+  start[dim] = lo;
+  limit[dim] = hi;
+  return tpu_b_slice(b, x, start, limit, NULL);
+}
+
+tpu_val_t tpu_mx_sum(tpu_builder_t* b, tpu_val_t x, int dim) {
+  int64_t d = dim;
+  return tpu_b_reduce(b, x, tpu_b_const(b, tpu_b_dtype(b, x), 0), 1, &d, "stablehlo.add");
+}

@@ -1,6 +1,369 @@
-/* Lowerings: svd. */
+/* Lowerings: the singular value decomposition (_linalg_svd), by one-sided
+ * (Hestenes) Jacobi.
+ *
+ * For A (batch..., m, n) with m >= n (else A^T is decomposed and the factors
+ * swapped), the columns of A are rotated in pairs until they are mutually
+ * orthogonal: A V = W with V orthogonal, then S = the column norms of W, U =
+ * W / S and Vh = V^T. Working on A itself (not on A^T A) keeps the relative
+ * accuracy of small singular values: the condition number is not squared.
+ *
+ * Ordering: Brent-Luk's parallel round-robin. The n columns (one zero column
+ * added when n is odd) are held as two halves, tops T and bottoms B, and pair i
+ * is (T[i], B[i]): one step rotates all n/2 disjoint pairs at once with
+ * vectorised 2x2 rotations (O(m n) work), then moves the columns one place
+ * round a circle with T[0] fixed, a static permutation (slices and a concat).
+ * n - 1 steps meet every pair once (a sweep) and bring the columns back to their
+ * original places.
+ *
+ * Rotation: for a = ||a_p||^2, b = ||a_q||^2, g = a_p.a_q (Rutishauser's
+ * formula) zeta = (b - a) / 2g, t = sign(zeta) / (|zeta| + sqrt(1 + zeta^2)),
+ * c = 1 / sqrt(1 + t^2), s = c t. A pair is rotated only when
+ * |g| > tol ||a_p|| ||a_q|| with tol = sqrt(m) eps (LAPACK gesvj's threshold:
+ * the rounding floor of an m-term dot product). Sweeps run in a while loop until
+ * a whole sweep rotates nothing, at most TPU_SVD_MAX_SWEEPS (Jacobi converges
+ * quadratically; random 128 x 128 matrices need about 10 sweeps).
+ *
+ * U: rows of W with S > eps^2 S_max are normalised; the others (exact rank
+ * deficiency, the padding column) and, for full_matrices with m > n, the
+ * missing m - n columns are completed to an orthonormal basis by Gram-Schmidt
+ * against the coordinate vector least covered by the basis so far (run only
+ * when some batch element needs it). A is scaled by 1 / max|A| first so that
+ * squared norms cannot overflow. */
 #include "matrix.h"
 
+#include <float.h>
+#include <math.h>
+
+#include "index.h"
+
+#define TPU_SVD_MAX_SWEEPS 20
+
+static tpu_val_t sv_mul(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) {
+  return tpu_b_binary(b, "stablehlo.multiply", x, y);
+}
+static tpu_val_t sv_add(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) { return tpu_b_binary(b, "stablehlo.add", x, y); }
+static tpu_val_t sv_sub(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) {
+  return tpu_b_binary(b, "stablehlo.subtract", x, y);
+}
+static tpu_val_t sv_div(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) { return tpu_b_binary(b, "stablehlo.divide", x, y); }
+/* The constant v shaped like x. */
+static tpu_val_t sv_c(tpu_builder_t* b, tpu_val_t x, double v) { return tpu_b_full(b, tpu_b_aval(b, x), v); }
+/* max over every dim of x (0-d). */
+static tpu_val_t sv_max_all(tpu_builder_t* b, tpu_val_t x) {
+  int64_t d[TPU_MAX_RANK];
+  int r = tpu_b_rank(b, x);
+  for (int i = 0; i < r; i++) d[i] = i;
+  return tpu_b_reduce(b, x, tpu_b_const(b, tpu_b_dtype(b, x), -INFINITY), r, d, "stablehlo.maximum");
+}
+
+static double tpu_svd_eps(tpu_dtype_t t) { return t == TPU_F64 ? DBL_EPSILON : FLT_EPSILON; }
+
+typedef struct tpu_svd_ctx {
+  double tol;  /* rotate pairs with |cos| above this */
+  bool with_v; /* accumulate V (carries 3 and 4) */
+} tpu_svd_ctx_t;
+
+/* Per pair (rows T[i], B[i]): the rotation (c, s) that makes them orthogonal,
+ * (1, 0) when they already are to tol, and |cos| of their angle in *rel. */
+static void tpu_svd_rotation(tpu_builder_t* b, tpu_val_t T, tpu_val_t B, double tol, tpu_val_t* c, tpu_val_t* s,
+                             tpu_val_t* rel) {
+  int last = tpu_b_rank(b, T) - 1;
+  tpu_val_t al = tpu_mx_sum(b, sv_mul(b, T, T), last), be = tpu_mx_sum(b, sv_mul(b, B, B), last);
+  tpu_val_t ga = tpu_mx_sum(b, sv_mul(b, T, B), last);
+  tpu_val_t norm = sv_mul(b, tpu_b_unary(b, "stablehlo.sqrt", al), tpu_b_unary(b, "stablehlo.sqrt", be));
+  tpu_val_t aga = tpu_b_unary(b, "stablehlo.abs", ga);
+  tpu_val_t rot = tpu_b_compare(b, "GT", aga, sv_mul(b, sv_c(b, norm, tol), norm));
+  tpu_val_t pos = tpu_b_compare(b, "GT", norm, sv_c(b, norm, 0));
+  *rel = tpu_b_select(b, pos, sv_div(b, aga, tpu_b_select(b, pos, norm, sv_c(b, norm, 1))), sv_c(b, norm, 0));
+  /* Unrotated pairs may divide by g = 0 here; select drops those lanes. */
+  tpu_val_t zeta = sv_div(b, sv_sub(b, be, al), sv_mul(b, sv_c(b, ga, 2), ga));
+  tpu_val_t root = tpu_b_unary(b, "stablehlo.sqrt", sv_add(b, sv_c(b, zeta, 1), sv_mul(b, zeta, zeta)));
+  tpu_val_t t = sv_div(b, tpu_b_unary(b, "stablehlo.sign", zeta),
+                       sv_add(b, tpu_b_unary(b, "stablehlo.abs", zeta), root));
+  t = tpu_b_select(b, tpu_b_compare(b, "EQ", zeta, sv_c(b, zeta, 0)), sv_c(b, t, 1), t);
+  tpu_val_t cc = tpu_b_unary(b, "stablehlo.rsqrt", sv_add(b, sv_c(b, t, 1), sv_mul(b, t, t)));
+  *c = tpu_b_select(b, rot, cc, sv_c(b, cc, 1));
+  *s = tpu_b_select(b, rot, sv_mul(b, cc, t), sv_c(b, cc, 0));
+}
+
+/* (T, B) <- (c T - s B, s T + c B), row i by (c[i], s[i]). */
+static void tpu_svd_rotate(tpu_builder_t* b, tpu_val_t c, tpu_val_t s, tpu_val_t* T, tpu_val_t* B) {
+  tpu_aval_t a = *tpu_b_aval(b, *T);
+  tpu_val_t cm = tpu_mx_bcast_vec(b, c, &a, false), sm = tpu_mx_bcast_vec(b, s, &a, false);
+  tpu_val_t t2 = sv_sub(b, sv_mul(b, cm, *T), sv_mul(b, sm, *B));
+  *B = sv_add(b, sv_mul(b, sm, *T), sv_mul(b, cm, *B));
+  *T = t2;
+}
+
+/* The round-robin move: T = [T0, B0, T1 .. T(h-2)], B = [B1 .. B(h-1), T(h-1)]. */
+static void tpu_svd_next_pairs(tpu_builder_t* b, tpu_val_t* T, tpu_val_t* B) {
+  tpu_aval_t a = *tpu_b_aval(b, *T);
+  int d = a.rank - 2;
+  int64_t h = a.dims[d];
+  if (h < 2) return;
+  tpu_val_t t[3] = {tpu_mx_slice(b, *T, d, 0, 1), tpu_mx_slice(b, *B, d, 0, 1), tpu_mx_slice(b, *T, d, 1, h - 1)};
+  tpu_val_t u[2] = {tpu_mx_slice(b, *B, d, 1, h), tpu_mx_slice(b, *T, d, h - 1, h)};
+  *T = tpu_b_concat(b, h > 2 ? 3 : 2, t, d);
+  *B = tpu_b_concat(b, 2, u, d);
+}
+
+/* One step. Carry: T, B (batch..., h, m), off (0-d: the largest |cos| seen this
+ * sweep), then VT, VB (batch..., h, n) when accumulating V. */
+static void tpu_svd_step(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_val_t* in, tpu_val_t* out) {
+  (void)k;
+  const tpu_svd_ctx_t* cx = ctx;
+  tpu_val_t c, s, rel;
+  tpu_svd_rotation(b, in[0], in[1], cx->tol, &c, &s, &rel);
+  out[2] = tpu_b_binary(b, "stablehlo.maximum", in[2], sv_max_all(b, rel));
+  out[0] = in[0];
+  out[1] = in[1];
+  tpu_svd_rotate(b, c, s, &out[0], &out[1]);
+  tpu_svd_next_pairs(b, &out[0], &out[1]);
+  if (!cx->with_v) return;
+  out[3] = in[3];
+  out[4] = in[4];
+  tpu_svd_rotate(b, c, s, &out[3], &out[4]);
+  tpu_svd_next_pairs(b, &out[3], &out[4]);
+}
+
+/* One sweep: n - 1 steps, off restarted at 0. */
+static void tpu_svd_sweep(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_val_t* in, tpu_val_t* out) {
+  (void)k;
+  const tpu_svd_ctx_t* cx = ctx;
+  int nc = cx->with_v ? 5 : 3;
+  tpu_val_t init[5];
+  for (int i = 0; i < nc; i++) init[i] = in[i];
+  init[2] = tpu_b_const(b, tpu_b_dtype(b, in[2]), 0);
+  const tpu_aval_t* a = tpu_b_aval(b, in[0]);
+  tpu_mx_for(b, 2 * a->dims[a->rank - 2] - 1, nc, init, tpu_svd_step, ctx, out);
+}
+
+static tpu_val_t tpu_svd_unconverged(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_val_t* in) {
+  (void)k;
+  const tpu_svd_ctx_t* cx = ctx;
+  return tpu_b_compare(b, "GT", in[2], tpu_b_const(b, tpu_b_dtype(b, in[2]), cx->tol));
+}
+
+/* Jacobi on A (batch..., m, n), m >= n >= 1: rows W (batch..., n2, m) with
+ * W = (A V)^T, and (with_v) Vr = V^T (batch..., n2, n2); n2 = n rounded up to
+ * even, the extra row of W zero. */
+static void tpu_svd_jacobi(tpu_builder_t* b, tpu_val_t A, bool with_v, tpu_val_t* W, tpu_val_t* Vr) {
+  tpu_aval_t a = *tpu_b_aval(b, A);
+  int r = a.rank;
+  int64_t m = a.dims[r - 2], n = a.dims[r - 1], n2 = n + n % 2, h = n2 / 2;
+  tpu_val_t X = tpu_mx_mT(b, A);
+  if (n2 != n) {
+    int64_t lo[TPU_MAX_RANK] = {0}, hi[TPU_MAX_RANK] = {0};
+    hi[r - 2] = 1;
+    X = tpu_b_pad(b, X, tpu_b_const(b, a.dtype, 0), lo, hi, NULL);
+  }
+  tpu_svd_ctx_t cx = {sqrt((double)m) * tpu_svd_eps(a.dtype), with_v};
+  tpu_val_t init[5] = {tpu_mx_slice(b, X, r - 2, 0, h), tpu_mx_slice(b, X, r - 2, h, n2), tpu_b_const(b, a.dtype, 1)};
+  if (with_v) {
+    tpu_aval_t va = a;
+    va.dims[r - 2] = va.dims[r - 1] = n2;
+    tpu_val_t I = tpu_mx_eye(b, &va);
+    init[3] = tpu_mx_slice(b, I, r - 2, 0, h);
+    init[4] = tpu_mx_slice(b, I, r - 2, h, n2);
+  }
+  tpu_val_t res[5];
+  tpu_mx_while(b, TPU_SVD_MAX_SWEEPS, with_v ? 5 : 3, init, tpu_svd_unconverged, tpu_svd_sweep, &cx, res, NULL);
+  *W = tpu_b_concat(b, 2, res, r - 2);
+  if (with_v) *Vr = tpu_b_concat(b, 2, res + 3, r - 2);
+}
+
+/* ---------------------------------------------------------- completion of U */
+
+/* Q^T (Q v) for rows Q (batch..., k, m) and vectors v (batch..., m). */
+static tpu_val_t tpu_svd_project(tpu_builder_t* b, tpu_val_t Q, tpu_val_t v) {
+  int r = tpu_b_rank(b, Q);
+  int64_t bd[TPU_MAX_RANK];
+  for (int i = 0; i < r - 2; i++) bd[i] = i;
+  int64_t qc = r - 1, vc = r - 2, qk = r - 2;
+  tpu_dtype_t t = tpu_b_dtype(b, Q);
+  tpu_val_t qv = tpu_b_dot_general(b, Q, v, r - 2, bd, bd, 1, &qc, &vc, t);
+  return tpu_b_dot_general(b, qv, Q, r - 2, bd, bd, 1, &vc, &qk, t);
+}
+
+/* Row k of Q, if marked bad, becomes the unit vector orthogonal to every row of
+ * Q built from e_i, i the coordinate least covered by Q's rows (||(I - Q^T Q) e_i||^2
+ * = 1 - sum_j Q[j, i]^2 >= 1 - rank/m > 0). Carry: Q, bad (batch..., k) i1. */
+static void tpu_svd_complete_row(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_val_t* in, tpu_val_t* out) {
+  (void)ctx;
+  tpu_val_t Q = in[0], bad = in[1];
+  tpu_aval_t qa = *tpu_b_aval(b, Q);
+  int r = qa.rank;
+  tpu_val_t cover = tpu_mx_sum(b, sv_mul(b, Q, Q), r - 2);
+  tpu_val_t i;
+  tpu_b_argreduce(b, cover, r - 2, false, NULL, &i);
+  tpu_aval_t va = *tpu_b_aval(b, cover), iva = tpu_mx_retype(&va, TPU_I64);
+  tpu_val_t e = tpu_b_convert(b, tpu_b_compare(b, "EQ", tpu_b_iota(b, &iva, r - 2), tpu_mx_bcast_batch(b, i, &iva)),
+                              qa.dtype);
+  tpu_val_t v = sv_sub(b, e, tpu_svd_project(b, Q, e));
+  v = sv_sub(b, v, tpu_svd_project(b, Q, v)); /* twice is enough (Kahan-Parlett) */
+  v = sv_mul(b, v, tpu_mx_bcast_batch(b, tpu_b_unary(b, "stablehlo.rsqrt", tpu_mx_sum(b, sv_mul(b, v, v), r - 2)),
+                                      &va));
+  tpu_aval_t ia = tpu_mx_retype(&qa, TPU_I32);
+  tpu_val_t at_k = tpu_b_compare(b, "EQ", tpu_b_iota(b, &ia, r - 2), tpu_b_broadcast_in_dim(b, k, r, qa.dims, NULL));
+  tpu_aval_t pa = tpu_mx_retype(&qa, TPU_BOOL);
+  tpu_val_t here = tpu_b_binary(b, "stablehlo.and", at_k, tpu_mx_bcast_batch(b, tpu_mx_take(b, bad, r - 2, k), &pa));
+  out[0] = tpu_b_select(b, here, tpu_mx_bcast_vec(b, v, &qa, true), Q);
+  out[1] = bad;
+}
+
+static void tpu_svd_complete_all(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_val_t* in, tpu_val_t* out) {
+  (void)k;
+  const tpu_aval_t* a = tpu_b_aval(b, in[0]);
+  tpu_mx_for(b, a->dims[a->rank - 2], 2, in, tpu_svd_complete_row, ctx, out);
+}
+
+static tpu_val_t tpu_svd_any_bad(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_val_t* in) {
+  (void)ctx;
+  (void)k;
+  tpu_val_t n = sv_max_all(b, tpu_b_convert(b, in[1], TPU_I32));
+  return tpu_b_compare(b, "GT", n, tpu_b_const_i(b, TPU_I32, 0));
+}
+
+/* Rows Q (batch..., k, m), orthonormal where !bad and zero where bad, completed
+ * to k orthonormal rows (only if some batch element has a bad row). */
+static tpu_val_t tpu_svd_complete(tpu_builder_t* b, tpu_val_t Q, tpu_val_t bad) {
+  tpu_val_t init[2] = {Q, bad}, res[2];
+  tpu_mx_while(b, 1, 2, init, tpu_svd_any_bad, tpu_svd_complete_all, NULL, res, NULL);
+  return res[0];
+}
+
+/* ------------------------------------------------------------- assembly */
+
+/* P @ x for the permutation matrix P[k, j] = (idx[k] == j), idx (batch..., n) i64. */
+static tpu_val_t tpu_svd_permute_rows(tpu_builder_t* b, tpu_val_t idx, tpu_val_t x) {
+  tpu_aval_t ia = *tpu_b_aval(b, idx), pa = ia;
+  pa.dims[pa.rank++] = ia.dims[ia.rank - 1];
+  tpu_val_t hit = tpu_b_compare(b, "EQ", tpu_mx_bcast_vec(b, idx, &pa, false), tpu_b_iota(b, &pa, pa.rank - 1));
+  return tpu_mx_matmul(b, tpu_b_convert(b, hit, tpu_b_dtype(b, x)), x);
+}
+
+typedef struct tpu_svd {
+  tpu_val_t U, S, Vh;
+} tpu_svd_t;
+
+/* The SVD of A (batch..., m, n), m >= n >= 1; with_uv: U has m columns if
+ * full, else n. */
+static tpu_svd_t tpu_svd_tall(tpu_builder_t* b, tpu_val_t A, bool with_uv, bool full) {
+  tpu_svd_t f = {TPU_NOVAL, TPU_NOVAL, TPU_NOVAL};
+  tpu_aval_t a = *tpu_b_aval(b, A);
+  int r = a.rank;
+  int64_t m = a.dims[r - 2], n = a.dims[r - 1];
+  tpu_aval_t ba = tpu_mx_drop(&a, 2);
+  /* scale = max|A| (1 for zero matrices): squared column norms cannot overflow */
+  int64_t md[2] = {r - 2, r - 1};
+  tpu_val_t mx = tpu_b_reduce(b, tpu_b_unary(b, "stablehlo.abs", A), tpu_b_const(b, a.dtype, 0), 2, md,
+                              "stablehlo.maximum");
+  tpu_val_t scale = tpu_b_select(b, tpu_b_compare(b, "GT", mx, tpu_b_full(b, &ba, 0)), mx, tpu_b_full(b, &ba, 1));
+  tpu_val_t W, Vr = TPU_NOVAL;
+  tpu_svd_jacobi(b, sv_div(b, A, tpu_mx_bcast_batch(b, scale, &a)), with_uv, &W, &Vr);
+  tpu_val_t S = tpu_b_unary(b, "stablehlo.sqrt", tpu_mx_sum(b, sv_mul(b, W, W), r - 1));
+  tpu_val_t Ss, idx;
+  /* stable: the padding column (last, S = 0) stays behind any other zero */
+  tpu_idx_sort(b, S, r - 2, true, &Ss, &idx);
+  tpu_val_t S1 = tpu_mx_slice(b, Ss, r - 2, 0, n);
+  tpu_aval_t va = *tpu_b_aval(b, S1);
+  f.S = sv_mul(b, S1, tpu_mx_bcast_batch(b, scale, &va));
+  if (!with_uv || !tpu_b_ok(b)) return f;
+  tpu_val_t Vs = tpu_svd_permute_rows(b, idx, Vr);
+  f.Vh = tpu_mx_slice(b, tpu_mx_slice(b, Vs, r - 2, 0, n), r - 1, 0, n);
+  tpu_val_t Ws = tpu_mx_slice(b, tpu_svd_permute_rows(b, idx, W), r - 2, 0, n);
+  /* rows with S <= eps^2 S_max (exact zeros: rank deficiency) are rebuilt */
+  tpu_val_t smax = tpu_mx_take(b, S1, r - 2, tpu_b_const_i(b, TPU_I32, 0));
+  double e2 = tpu_svd_eps(a.dtype) * tpu_svd_eps(a.dtype);
+  tpu_val_t bad = tpu_b_compare(b, "LE", S1, sv_mul(b, tpu_mx_bcast_batch(b, smax, &va), tpu_b_full(b, &va, e2)));
+  tpu_val_t den = tpu_b_select(b, bad, tpu_b_full(b, &va, 1), S1);
+  tpu_aval_t wa = *tpu_b_aval(b, Ws), pa = tpu_mx_retype(&wa, TPU_BOOL);
+  tpu_val_t Q = tpu_b_select(b, tpu_mx_bcast_vec(b, bad, &pa, false),
+                             tpu_b_full(b, &wa, 0), sv_div(b, Ws, tpu_mx_bcast_vec(b, den, &wa, false)));
+  if (full && m > n) { /* the complement: m - n more rows, all to be built */
+    int64_t lo[TPU_MAX_RANK] = {0}, hi[TPU_MAX_RANK] = {0};
+    hi[r - 2] = m - n;
+    Q = tpu_b_pad(b, Q, tpu_b_const(b, a.dtype, 0), lo, hi, NULL);
+    bad = tpu_b_pad(b, bad, tpu_b_const_i(b, TPU_BOOL, 1), lo, hi, NULL); /* (batch..., n): dim r-2 too */
+  }
+  f.U = tpu_mx_mT(b, tpu_svd_complete(b, Q, bad));
+  return f;
+}
+
+/* f32/f64 input of at least 2 dims; ATen's messages. */
+static bool tpu_svd_check(tpu_builder_t* b, const tpu_aval_t* a) {
+  if (a->dtype == TPU_C64 || a->dtype == TPU_C128) {
+    TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "linalg.svd: complex inputs are not supported on tpu yet");
+    return false;
+  }
+  if (a->dtype == TPU_F16 || a->dtype == TPU_BF16) {
+    TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "\"linalg_svd_tpu\" not implemented for '%s'", tpu_dtype_name(a->dtype));
+    return false;
+  }
+  if (a->dtype != TPU_F32 && a->dtype != TPU_F64) {
+    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "linalg.svd: Expected a floating point or complex tensor as input. Got %s",
+               tpu_dtype_name(a->dtype));
+    return false;
+  }
+  if (a->rank < 2) {
+    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "linalg.svd: The input tensor A must have at least 2 dimensions.");
+    return false;
+  }
+  return true;
+}
+
+/* U and Vh when min(m, n) = 0: ATen's identity (full) or empty factors. */
+static void tpu_svd_empty(tpu_builder_t* b, const tpu_aval_t* a, bool full, tpu_svd_t* f) {
+  int r = a->rank;
+  int64_t m = a->dims[r - 2], n = a->dims[r - 1];
+  tpu_aval_t ua = *a, va = *a, sa = tpu_mx_drop(a, 1);
+  ua.dims[r - 1] = full ? m : 0;
+  va.dims[r - 2] = full ? n : 0;
+  sa.dims[r - 2] = 0;
+  f->S = tpu_b_full(b, &sa, 0);
+  f->U = full ? tpu_mx_eye(b, &ua) : tpu_b_full(b, &ua, 0);
+  f->Vh = full ? tpu_mx_eye(b, &va) : tpu_b_full(b, &va, 0);
+}
+
+/* _linalg_svd(A, full_matrices=False, compute_uv=True, *, driver=None) -> (U, S, Vh) */
+static tpu_status_t* tpu_lower__linalg_svd(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs,
+                                           int* nouts) {
+  (void)max_outs;
+  tpu_aval_t a = tpu_op_aval(op, 0);
+  if (!tpu_svd_check(b, &a)) return NULL;
+  if (tpu_op_kind(op, 3) != TPU_ARG_NONE)
+    return TPU_STATUS(TPU_INVALID_ARGUMENT,
+                      "torch.linalg.svd: keyword argument `driver=` is only supported on CUDA inputs with cuSOLVER "
+                      "backend.");
+  bool full = tpu_op_bool(op, 1, false), uv = tpu_op_bool(op, 2, true);
+  int r = a.rank;
+  int64_t m = a.dims[r - 2], n = a.dims[r - 1];
+  tpu_val_t A = tpu_op_tensor(b, op, 0);
+  tpu_svd_t f;
+  if (m == 0 || n == 0) {
+    tpu_svd_empty(b, &a, full, &f);
+  } else if (m >= n) {
+    f = tpu_svd_tall(b, A, uv, full);
+  } else { /* A^T = U' S Vh'  =>  A = Vh'^T S U'^T */
+    tpu_svd_t t = tpu_svd_tall(b, tpu_mx_mT(b, A), uv, full);
+    f.S = t.S;
+    f.U = uv ? tpu_mx_mT(b, t.Vh) : TPU_NOVAL;
+    f.Vh = uv ? tpu_mx_mT(b, t.U) : TPU_NOVAL;
+  }
+  if (!uv) { /* ATen returns empty U and Vh */
+    int64_t zero = 0;
+    tpu_aval_t ea = tpu_aval_make(a.dtype, 1, &zero);
+    f.U = tpu_b_full(b, &ea, 0);
+    f.Vh = tpu_b_full(b, &ea, 0);
+  }
+  outs[0] = f.U;
+  outs[1] = f.S;
+  outs[2] = f.Vh;
+  *nouts = 3;
+  return NULL;
+}
+
 const tpu_lowering_t tpu_lowerings_svd[] = {
+    {"_linalg_svd", tpu_lower__linalg_svd},
     {NULL, NULL},
 };
