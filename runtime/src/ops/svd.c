@@ -63,12 +63,12 @@ typedef struct tpu_svd_ctx {
   bool with_v; /* accumulate V (carries 3 and 4) */
 } tpu_svd_ctx_t;
 
-/* Per pair (rows T[i], B[i]): the rotation (c, s) that makes them orthogonal,
- * (1, 0) when they already are to tol, and |cos| of their angle in *rel. */
-static void tpu_svd_rotation(tpu_builder_t* b, tpu_val_t T, tpu_val_t B, double tol, tpu_val_t* c, tpu_val_t* s,
-                             tpu_val_t* rel) {
+/* Per pair (rows T[i], B[i], squared norms al[i], be[i]): the rotation
+ * (c, s) that makes them orthogonal, (1, 0) when they already are to tol; t
+ * (tan of the angle, for the norm update) and |cos| of their angle in *rel. */
+static void tpu_svd_rotation(tpu_builder_t* b, tpu_val_t T, tpu_val_t B, tpu_val_t al, tpu_val_t be, double tol,
+                             tpu_val_t* c, tpu_val_t* s, tpu_val_t* t, tpu_val_t* rel) {
   int last = tpu_b_rank(b, T) - 1;
-  tpu_val_t al = tpu_mx_sum(b, sv_mul(b, T, T), last), be = tpu_mx_sum(b, sv_mul(b, B, B), last);
   tpu_val_t ga = tpu_mx_sum(b, sv_mul(b, T, B), last);
   tpu_val_t norm = sv_mul(b, tpu_b_unary(b, "stablehlo.sqrt", al), tpu_b_unary(b, "stablehlo.sqrt", be));
   tpu_val_t aga = tpu_b_unary(b, "stablehlo.abs", ga);
@@ -78,12 +78,13 @@ static void tpu_svd_rotation(tpu_builder_t* b, tpu_val_t T, tpu_val_t B, double 
   /* Unrotated pairs may divide by g = 0 here; select drops those lanes. */
   tpu_val_t zeta = sv_div(b, sv_sub(b, be, al), sv_mul(b, sv_c(b, ga, 2), ga));
   tpu_val_t root = tpu_b_unary(b, "stablehlo.sqrt", sv_add(b, sv_c(b, zeta, 1), sv_mul(b, zeta, zeta)));
-  tpu_val_t t = sv_div(b, tpu_b_unary(b, "stablehlo.sign", zeta),
-                       sv_add(b, tpu_b_unary(b, "stablehlo.abs", zeta), root));
-  t = tpu_b_select(b, tpu_b_compare(b, "EQ", zeta, sv_c(b, zeta, 0)), sv_c(b, t, 1), t);
-  tpu_val_t cc = tpu_b_unary(b, "stablehlo.rsqrt", sv_add(b, sv_c(b, t, 1), sv_mul(b, t, t)));
+  tpu_val_t tt = sv_div(b, tpu_b_unary(b, "stablehlo.sign", zeta),
+                        sv_add(b, tpu_b_unary(b, "stablehlo.abs", zeta), root));
+  tt = tpu_b_select(b, tpu_b_compare(b, "EQ", zeta, sv_c(b, zeta, 0)), sv_c(b, tt, 1), tt);
+  tpu_val_t cc = tpu_b_unary(b, "stablehlo.rsqrt", sv_add(b, sv_c(b, tt, 1), sv_mul(b, tt, tt)));
   *c = tpu_b_select(b, rot, cc, sv_c(b, cc, 1));
-  *s = tpu_b_select(b, rot, sv_mul(b, cc, t), sv_c(b, cc, 0));
+  *s = tpu_b_select(b, rot, sv_mul(b, cc, tt), sv_c(b, cc, 0));
+  *t = sv_mul(b, tpu_b_select(b, rot, tt, sv_c(b, tt, 0)), ga); /* t g: the norms' change */
 }
 
 /* (T, B) <- (c T - s B, s T + c B), row i by (c[i], s[i]). */
@@ -95,10 +96,10 @@ static void tpu_svd_rotate(tpu_builder_t* b, tpu_val_t c, tpu_val_t s, tpu_val_t
   *T = t2;
 }
 
-/* The round-robin move: T = [T0, B0, T1 .. T(h-2)], B = [B1 .. B(h-1), T(h-1)]. */
-static void tpu_svd_next_pairs(tpu_builder_t* b, tpu_val_t* T, tpu_val_t* B) {
+/* The round-robin move along dim `d`: T = [T0, B0, T1 .. T(h-2)],
+ * B = [B1 .. B(h-1), T(h-1)]. */
+static void tpu_svd_move(tpu_builder_t* b, tpu_val_t* T, tpu_val_t* B, int d) {
   tpu_aval_t a = *tpu_b_aval(b, *T);
-  int d = a.rank - 2;
   int64_t h = a.dims[d];
   if (h < 2) return;
   tpu_val_t t[3] = {tpu_mx_slice(b, *T, d, 0, 1), tpu_mx_slice(b, *B, d, 0, 1), tpu_mx_slice(b, *T, d, 1, h - 1)};
@@ -106,36 +107,55 @@ static void tpu_svd_next_pairs(tpu_builder_t* b, tpu_val_t* T, tpu_val_t* B) {
   *T = tpu_b_concat(b, h > 2 ? 3 : 2, t, d);
   *B = tpu_b_concat(b, 2, u, d);
 }
+/* The move of rows (columns of A, or of V). */
+static void tpu_svd_next_pairs(tpu_builder_t* b, tpu_val_t* T, tpu_val_t* B) {
+  tpu_svd_move(b, T, B, tpu_b_rank(b, *T) - 2);
+}
 
 /* One step. Carry: T, B (batch..., h, m), off (0-d: the largest |cos| seen this
- * sweep), then VT, VB (batch..., h, n) when accumulating V. */
+ * sweep), TN, BN (batch..., h: squared norms, updated as ||a_p||^2 - t g and
+ * ||a_q||^2 + t g rather than recomputed: one dot product per pair, not three),
+ * then VT, VB (batch..., h, n) when accumulating V. */
 static void tpu_svd_step(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_val_t* in, tpu_val_t* out) {
   (void)k;
   const tpu_svd_ctx_t* cx = ctx;
-  tpu_val_t c, s, rel;
-  tpu_svd_rotation(b, in[0], in[1], cx->tol, &c, &s, &rel);
+  tpu_val_t c, s, tg, rel;
+  tpu_svd_rotation(b, in[0], in[1], in[3], in[4], cx->tol, &c, &s, &tg, &rel);
   out[2] = tpu_b_binary(b, "stablehlo.maximum", in[2], sv_max_all(b, rel));
   out[0] = in[0];
   out[1] = in[1];
   tpu_svd_rotate(b, c, s, &out[0], &out[1]);
   tpu_svd_next_pairs(b, &out[0], &out[1]);
+  out[3] = tpu_b_binary(b, "stablehlo.maximum", sv_sub(b, in[3], tg), sv_c(b, tg, 0));
+  out[4] = sv_add(b, in[4], tg);
+  tpu_svd_move(b, &out[3], &out[4], tpu_b_rank(b, out[3]) - 1);
   if (!cx->with_v) return;
-  out[3] = in[3];
-  out[4] = in[4];
-  tpu_svd_rotate(b, c, s, &out[3], &out[4]);
-  tpu_svd_next_pairs(b, &out[3], &out[4]);
+  out[5] = in[5];
+  out[6] = in[6];
+  tpu_svd_rotate(b, c, s, &out[5], &out[6]);
+  tpu_svd_next_pairs(b, &out[5], &out[6]);
 }
 
-/* One sweep: n - 1 steps, off restarted at 0. */
+/* One sweep: n - 1 steps, off restarted at 0, norms recomputed (no drift). */
 static void tpu_svd_sweep(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_val_t* in, tpu_val_t* out) {
   (void)k;
   const tpu_svd_ctx_t* cx = ctx;
-  int nc = cx->with_v ? 5 : 3;
-  tpu_val_t init[5];
-  for (int i = 0; i < nc; i++) init[i] = in[i];
-  init[2] = tpu_b_const(b, tpu_b_dtype(b, in[2]), 0);
+  int last = tpu_b_rank(b, in[0]) - 1;
+  tpu_val_t init[7] = {in[0], in[1], tpu_b_const(b, tpu_b_dtype(b, in[2]), 0),
+                       tpu_mx_sum(b, sv_mul(b, in[0], in[0]), last), tpu_mx_sum(b, sv_mul(b, in[1], in[1]), last)};
+  if (cx->with_v) {
+    init[5] = in[3];
+    init[6] = in[4];
+  }
   const tpu_aval_t* a = tpu_b_aval(b, in[0]);
-  tpu_mx_for(b, 2 * a->dims[a->rank - 2] - 1, nc, init, tpu_svd_step, ctx, out);
+  tpu_val_t res[7];
+  tpu_mx_for(b, 2 * a->dims[a->rank - 2] - 1, cx->with_v ? 7 : 5, init, tpu_svd_step, ctx, res);
+  out[0] = res[0];
+  out[1] = res[1];
+  out[2] = res[2];
+  if (!cx->with_v) return;
+  out[3] = res[5];
+  out[4] = res[6];
 }
 
 static tpu_val_t tpu_svd_unconverged(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_val_t* in) {
