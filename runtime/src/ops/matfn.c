@@ -124,7 +124,7 @@ static tpu_status_t* tpu_lower_linalg_matrix_exp(tpu_builder_t* b, tpu_op_t* op,
   if (a.dtype != TPU_F32 && a.dtype != TPU_F64 && a.dtype != TPU_F16 && a.dtype != TPU_BF16)
     return TPU_STATUS(TPU_INVALID_ARGUMENT,
                       "linalg.matrix_exp: Expected a floating point or complex tensor as input. Got %s",
-                      tpu_dtype_name(a.dtype));
+                      tpu_dtype_scalar_type_name(a.dtype));
   if (a.rank < 2)
     return TPU_STATUS(TPU_INVALID_ARGUMENT, "linalg.matrix_exp: The input tensor A must have at least 2 dimensions.");
   if (a.dims[a.rank - 1] != a.dims[a.rank - 2])

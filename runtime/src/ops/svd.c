@@ -45,7 +45,9 @@ static tpu_val_t sv_add(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) { return tpu
 static tpu_val_t sv_sub(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) {
   return tpu_b_binary(b, "stablehlo.subtract", x, y);
 }
-static tpu_val_t sv_div(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) { return tpu_b_binary(b, "stablehlo.divide", x, y); }
+static tpu_val_t sv_div(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) {
+  return tpu_b_binary(b, "stablehlo.divide", x, y);
+}
 /* The constant v shaped like x. */
 static tpu_val_t sv_c(tpu_builder_t* b, tpu_val_t x, double v) { return tpu_b_full(b, tpu_b_aval(b, x), v); }
 /* max over every dim of x (0-d). */
@@ -317,12 +319,13 @@ static bool tpu_svd_check(tpu_builder_t* b, const tpu_aval_t* a) {
     return false;
   }
   if (a->dtype == TPU_F16 || a->dtype == TPU_BF16) {
-    TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "\"linalg_svd_tpu\" not implemented for '%s'", tpu_dtype_name(a->dtype));
+    TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "\"linalg_svd_tpu\" not implemented for '%s'",
+               tpu_dtype_scalar_type_name(a->dtype));
     return false;
   }
   if (a->dtype != TPU_F32 && a->dtype != TPU_F64) {
     TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "linalg.svd: Expected a floating point or complex tensor as input. Got %s",
-               tpu_dtype_name(a->dtype));
+               tpu_dtype_scalar_type_name(a->dtype));
     return false;
   }
   if (a->rank < 2) {
