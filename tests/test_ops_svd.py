@@ -6,7 +6,8 @@ linalg_matrix_exp vs PyTorch on CPU, float32 and float64, with batch dims and
 Singular vectors are not unique (signs; any basis of a repeated singular
 value's space), so factors are checked through invariants against CPU float64:
 S, the reconstruction U diag(S) Vh = A, orthogonality of U and Vh, and for
-well-separated singular values the projectors u_i v_i^T.
+well-separated singular values the projectors u_i v_i^T (the gap includes the
+distance to 0 when m != n: the extra dimensions of the longer side count as 0).
 
 Tolerances, relative to ||A||_2 = S_max (a backward-stable SVD perturbs A by
 p(n) eps ||A||_2): REL[float32] = 2e-5 (~170 ulps: Jacobi applies ~n rotations
@@ -78,6 +79,8 @@ def _check_svd(a, full_matrices=False):
         d = (s64[..., 1:] - s64[..., :-1]).abs()
         gap[..., :-1] = torch.minimum(gap[..., :-1], d)
         gap[..., 1:] = torch.minimum(gap[..., 1:], d)
+    if a.shape[-1] != a.shape[-2]:  # the thin factor's extra dimensions have singular value 0
+        gap = torch.minimum(gap, s64)
     bound = 100 * rel * smax / gap
     for i in range(k):
         p = U[..., :, i:i + 1].double() @ Vh[..., i:i + 1, :].double()
