@@ -61,9 +61,15 @@ static tpu_val_t sv_max_all(tpu_builder_t* b, tpu_val_t x) {
 static double tpu_svd_eps(tpu_dtype_t t) { return t == TPU_F64 ? DBL_EPSILON : FLT_EPSILON; }
 
 typedef struct tpu_svd_ctx {
-  double tol;  /* rotate pairs with |cos| above this */
-  bool with_v; /* accumulate V (carries 3 and 4) */
+  double tol; /* rotate pairs with |cos| above this */
+  int64_t m;  /* rows hold a column of A in [0, m), then (if accumulated) V's */
 } tpu_svd_ctx_t;
+
+/* x's first m entries along the last dim: the columns of A without V's part. */
+static tpu_val_t tpu_svd_head(tpu_builder_t* b, tpu_val_t x, int64_t m) {
+  const tpu_aval_t* a = tpu_b_aval(b, x);
+  return a->dims[a->rank - 1] == m ? x : tpu_mx_slice(b, x, a->rank - 1, 0, m);
+}
 
 /* Per pair (rows T[i], B[i], squared norms al[i], be[i]): the rotation
  * (c, s) that makes them orthogonal, (1, 0) when they already are to tol; t
@@ -122,7 +128,8 @@ static void tpu_svd_step(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_val
   (void)k;
   const tpu_svd_ctx_t* cx = ctx;
   tpu_val_t c, s, tg, rel;
-  tpu_svd_rotation(b, in[0], in[1], in[3], in[4], cx->tol, &c, &s, &tg, &rel);
+  tpu_svd_rotation(b, tpu_svd_head(b, in[0], cx->m), tpu_svd_head(b, in[1], cx->m), in[3], in[4], cx->tol, &c, &s,
+                   &tg, &rel);
   out[2] = tpu_b_binary(b, "stablehlo.maximum", in[2], sv_max_all(b, rel));
   out[0] = in[0];
   out[1] = in[1];
@@ -131,11 +138,6 @@ static void tpu_svd_step(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_val
   out[3] = tpu_b_binary(b, "stablehlo.maximum", sv_sub(b, in[3], tg), sv_c(b, tg, 0));
   out[4] = sv_add(b, in[4], tg);
   tpu_svd_move(b, &out[3], &out[4], tpu_b_rank(b, out[3]) - 1);
-  if (!cx->with_v) return;
-  out[5] = in[5];
-  out[6] = in[6];
-  tpu_svd_rotate(b, c, s, &out[5], &out[6]);
-  tpu_svd_next_pairs(b, &out[5], &out[6]);
 }
 
 /* One sweep: n - 1 steps, off restarted at 0, norms recomputed (no drift). */
@@ -143,21 +145,13 @@ static void tpu_svd_sweep(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_va
   (void)k;
   const tpu_svd_ctx_t* cx = ctx;
   int last = tpu_b_rank(b, in[0]) - 1;
-  tpu_val_t init[7] = {in[0], in[1], tpu_b_const(b, tpu_b_dtype(b, in[2]), 0),
-                       tpu_mx_sum(b, sv_mul(b, in[0], in[0]), last), tpu_mx_sum(b, sv_mul(b, in[1], in[1]), last)};
-  if (cx->with_v) {
-    init[5] = in[3];
-    init[6] = in[4];
-  }
+  tpu_val_t t = tpu_svd_head(b, in[0], cx->m), u = tpu_svd_head(b, in[1], cx->m);
+  tpu_val_t init[5] = {in[0], in[1], tpu_b_const(b, tpu_b_dtype(b, in[2]), 0), tpu_mx_sum(b, sv_mul(b, t, t), last),
+                       tpu_mx_sum(b, sv_mul(b, u, u), last)};
   const tpu_aval_t* a = tpu_b_aval(b, in[0]);
-  tpu_val_t res[7];
-  tpu_mx_for(b, 2 * a->dims[a->rank - 2] - 1, cx->with_v ? 7 : 5, init, tpu_svd_step, ctx, res);
-  out[0] = res[0];
-  out[1] = res[1];
-  out[2] = res[2];
-  if (!cx->with_v) return;
-  out[3] = res[5];
-  out[4] = res[6];
+  tpu_val_t res[5];
+  tpu_mx_for(b, 2 * a->dims[a->rank - 2] - 1, 5, init, tpu_svd_step, ctx, res);
+  for (int i = 0; i < 3; i++) out[i] = res[i];
 }
 
 static tpu_val_t tpu_svd_unconverged(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_val_t* in) {
@@ -168,7 +162,8 @@ static tpu_val_t tpu_svd_unconverged(tpu_builder_t* b, void* ctx, tpu_val_t k, c
 
 /* Jacobi on A (batch..., m, n), m >= n >= 1: rows W (batch..., n2, m) with
  * W = (A V)^T, and (with_v) Vr = V^T (batch..., n2, n2); n2 = n rounded up to
- * even, the extra row of W zero. */
+ * even, the extra row of W zero. V^T's rows ride along with W's (one row
+ * [column of A | column of V] per column), rotated and moved together. */
 static void tpu_svd_jacobi(tpu_builder_t* b, tpu_val_t A, bool with_v, tpu_val_t* W, tpu_val_t* Vr) {
   tpu_aval_t a = *tpu_b_aval(b, A);
   int r = a.rank;
@@ -179,19 +174,19 @@ static void tpu_svd_jacobi(tpu_builder_t* b, tpu_val_t A, bool with_v, tpu_val_t
     hi[r - 2] = 1;
     X = tpu_b_pad(b, X, tpu_b_const(b, a.dtype, 0), lo, hi, NULL);
   }
-  tpu_svd_ctx_t cx = {sqrt((double)m) * tpu_svd_eps(a.dtype), with_v};
-  tpu_val_t init[5] = {tpu_mx_slice(b, X, r - 2, 0, h), tpu_mx_slice(b, X, r - 2, h, n2), tpu_b_const(b, a.dtype, 1)};
   if (with_v) {
     tpu_aval_t va = a;
     va.dims[r - 2] = va.dims[r - 1] = n2;
-    tpu_val_t I = tpu_mx_eye(b, &va);
-    init[3] = tpu_mx_slice(b, I, r - 2, 0, h);
-    init[4] = tpu_mx_slice(b, I, r - 2, h, n2);
+    tpu_val_t xv[2] = {X, tpu_mx_eye(b, &va)};
+    X = tpu_b_concat(b, 2, xv, r - 1);
   }
-  tpu_val_t res[5];
-  tpu_mx_while(b, TPU_SVD_MAX_SWEEPS, with_v ? 5 : 3, init, tpu_svd_unconverged, tpu_svd_sweep, &cx, res, NULL);
-  *W = tpu_b_concat(b, 2, res, r - 2);
-  if (with_v) *Vr = tpu_b_concat(b, 2, res + 3, r - 2);
+  tpu_svd_ctx_t cx = {sqrt((double)m) * tpu_svd_eps(a.dtype), m};
+  tpu_val_t init[3] = {tpu_mx_slice(b, X, r - 2, 0, h), tpu_mx_slice(b, X, r - 2, h, n2), tpu_b_const(b, a.dtype, 1)};
+  tpu_val_t res[3];
+  tpu_mx_while(b, TPU_SVD_MAX_SWEEPS, 3, init, tpu_svd_unconverged, tpu_svd_sweep, &cx, res, NULL);
+  X = tpu_b_concat(b, 2, res, r - 2);
+  *W = tpu_svd_head(b, X, m);
+  if (with_v) *Vr = tpu_mx_slice(b, X, r - 1, m, m + n2);
 }
 
 /* ---------------------------------------------------------- completion of U */
