@@ -120,10 +120,10 @@ static void tpu_svd_next_pairs(tpu_builder_t* b, tpu_val_t* T, tpu_val_t* B) {
   tpu_svd_move(b, T, B, tpu_b_rank(b, *T) - 2);
 }
 
-/* One step. Carry: T, B (batch..., h, m), off (0-d: the largest |cos| seen this
- * sweep), TN, BN (batch..., h: squared norms, updated as ||a_p||^2 - t g and
- * ||a_q||^2 + t g rather than recomputed: one dot product per pair, not three),
- * then VT, VB (batch..., h, n) when accumulating V. */
+/* One step. Carry: T, B (batch..., h, m [+ n2]: columns of A, then of V when
+ * accumulated), off (0-d: the largest |cos| seen this sweep), TN, BN
+ * (batch..., h: squared norms, updated as ||a_p||^2 - t g and ||a_q||^2 + t g
+ * rather than recomputed: one dot product per pair, not three). */
 static void tpu_svd_step(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_val_t* in, tpu_val_t* out) {
   (void)k;
   const tpu_svd_ctx_t* cx = ctx;
