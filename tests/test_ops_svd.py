@@ -198,6 +198,16 @@ def test_svd_errors():
         else:
             pytest.fail("CPU accepted it")
     a = torch.randn(3, 3)
+    # non-finite input: LAPACK's refusal (a LinAlgError on CPU, a RuntimeError from the
+    # device-side check on tpu, raised at the next sync)
+    bad = torch.randn(2, 4, 3)
+    bad[1, 2, 0] = float("nan")
+    msg = "failed to converge because the input matrix contained non-finite values"
+    with pytest.raises(RuntimeError, match=msg):
+        torch.linalg.svd(bad)
+    with pytest.raises(RuntimeError, match=msg):
+        torch.linalg.svdvals(bad.mT.to("tpu")).cpu()
+    torch.linalg.svdvals(a.to("tpu")).cpu()  # the error was reported once, not left pending
     with pytest.raises(RuntimeError) as cpu_err:
         torch.linalg.svd(a, driver="gesvd")
     assert_raises_like(cpu_err.value, lambda x: torch.linalg.svd(x, driver="gesvd"), a)
