@@ -29,6 +29,9 @@ TOL = {
     torch.bfloat16: dict(rtol=1e-2, atol=1e-2),
     # f16 keeps 11 bits (2**-11 = 4.9e-4): 1e-3 is ~2 ulps.
     torch.float16: dict(rtol=1e-3, atol=1e-3),
+    # Complex results: their real and imaginary parts' dtype's tolerance.
+    torch.complex64: dict(rtol=1e-5, atol=1e-5),
+    torch.complex128: dict(rtol=1e-7, atol=1e-7),
 }
 
 

@@ -14,6 +14,8 @@
  * every dtype (the float sets are their tails). */
 #include "special.h"
 
+#include "matrix.h"
+
 #include <math.h>
 #include <string.h>
 
@@ -52,8 +54,49 @@ static tpu_val_t sp_digamma(tpu_builder_t* b, tpu_val_t x) {
  * NaN, the series' limits: x = +inf: the terms (k + q)^-inf give 1 for q == 1, 0
  * for q > 1, else inf; q = +inf: every term is 0. (ATen's series gives NaN for
  * those zeros, inf - inf in its tail terms.) A NaN x is NaN even at q's poles. */
+/* Carry of the zeta shift loop: x, the shifted q, the partial sum. */
+enum { SP_ZC_X, SP_ZC_Q, SP_ZC_S, SP_ZC_COUNT };
+
+/* Elements whose q still needs a term taken off: q < 0, not a pole, x an
+ * integer (else the result is NaN anyway). */
+static tpu_val_t sp_zeta_shifting(tpu_builder_t* b, tpu_val_t x, tpu_val_t q) {
+  tpu_val_t neg = sp_and(b, sp_cmpc(b, "LT", q, 0.0), tpu_b_compare(b, "NE", sp_un(b, "stablehlo.floor", q), q));
+  return sp_and(b, sp_and(b, neg, sp_cmpc(b, "GT", q, -INFINITY)), sp_is_int(b, x));
+}
+
+static tpu_val_t sp_zeta_cond(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_val_t* in) {
+  (void)ctx, (void)k;
+  tpu_val_t m = sp_zeta_shifting(b, in[SP_ZC_X], in[SP_ZC_Q]);
+  int rank = tpu_b_rank(b, m);
+  int64_t dims[TPU_MAX_RANK];
+  for (int i = 0; i < rank; i++) dims[i] = i;
+  return rank ? tpu_b_reduce(b, m, tpu_b_const_i(b, TPU_BOOL, 0), rank, dims, "stablehlo.or") : m;
+}
+
+static void sp_zeta_body(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_val_t* in, tpu_val_t* out) {
+  (void)ctx, (void)k;
+  tpu_val_t x = in[SP_ZC_X], q = in[SP_ZC_Q];
+  tpu_val_t m = sp_zeta_shifting(b, x, q);
+  tpu_val_t term = tpu_b_binary(b, "stablehlo.power", q, sp_neg(b, x));
+  out[SP_ZC_X] = x;
+  out[SP_ZC_Q] = sp_sel(b, m, sp_add(b, q, sp_c(b, q, 1.0)), q);
+  out[SP_ZC_S] = sp_sel(b, m, sp_add(b, in[SP_ZC_S], term), in[SP_ZC_S]);
+}
+
+/* chlo.zeta sums a fixed number of terms before its asymptotic tail, which is
+ * wrong for q < 0 (polygamma of negative x); ATen's Cephes loop keeps summing
+ * until q is large. So terms (q + k)^-x are taken off one by one until q >= 0
+ * (a device loop, as many steps as the most negative q needs). */
+static tpu_val_t sp_zeta_series(tpu_builder_t* b, tpu_val_t x, tpu_val_t q) {
+  tpu_val_t init[SP_ZC_COUNT] = {x, q, sp_c(b, x, 0.0)}, res[SP_ZC_COUNT];
+  tpu_mx_while(b, INT32_MAX - 2, SP_ZC_COUNT, init, sp_zeta_cond, sp_zeta_body, NULL, res, NULL);
+  tpu_val_t shifted = sp_zeta_shifting(b, x, q);
+  return sp_sel(b, shifted, sp_add(b, res[SP_ZC_S], tpu_b_binary(b, "chlo.zeta", x, res[SP_ZC_Q])),
+                tpu_b_binary(b, "chlo.zeta", x, q));
+}
+
 static tpu_val_t sp_zeta(tpu_builder_t* b, tpu_val_t x, tpu_val_t q) {
-  tpu_val_t y = tpu_b_binary(b, "chlo.zeta", x, q);
+  tpu_val_t y = sp_zeta_series(b, x, q);
   tpu_val_t inf = sp_c(b, x, INFINITY), nan = sp_c(b, x, NAN), zero = sp_c(b, x, 0.0);
   tpu_val_t at_inf = sp_sel(b, sp_cmpc(b, "EQ", q, 1.0), sp_c(b, x, 1.0), inf);
   at_inf = sp_sel(b, sp_cmpc(b, "GT", q, 1.0), zero, at_inf);
