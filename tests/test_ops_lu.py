@@ -12,7 +12,7 @@ or a wrong solve (errors of order 1) still fails."""
 import pytest
 import torch
 
-from tpu_testing import assert_same, check
+from tpu_testing import assert_same, check, check_grad
 
 DTYPES = [torch.float32, torch.float64]
 SHAPES = [(1, 1), (3, 3), (5, 5), (2, 4, 4), (2, 3, 6, 6)]
@@ -131,3 +131,20 @@ def test_errors():
         torch.linalg.det(torch.randn(3, device="tpu"))
     with pytest.raises(RuntimeError, match="Expected a floating point or complex tensor as input. Got Long"):
         torch.linalg.inv(torch.ones(2, 2, dtype=torch.int64, device="tpu"))
+
+
+RECT = [(5, 3), (3, 5), (2, 4, 4), (2, 1, 6, 2), (0, 3), (3, 0)]
+
+
+@pytest.mark.parametrize("shape", RECT)
+def test_lu_rectangular_and_unpack(shape):
+    # getrf on m x n: min(m, n) pivots; lu_unpack/linalg.lu give A = P L U
+    a = _rand(shape, torch.float64)
+    check(torch.linalg.lu_factor, a)
+    lu, piv = torch.linalg.lu_factor(a)
+    check(torch.lu_unpack, lu, piv)
+    for unpack_data, unpack_pivots in ((False, True), (True, False)):  # the other part empty
+        check(lambda x, p: torch.lu_unpack(x, p, unpack_data, unpack_pivots), lu, piv)
+    check(torch.linalg.lu, a)
+    if a.numel():  # gradients through L and U (PyTorch's linalg_lu_backward on tpu ops)
+        check_grad(lambda x: torch.linalg.lu(x)[1].sum(-2) + torch.linalg.lu(x)[2].sum(-1).sum(-1, keepdim=True), a)

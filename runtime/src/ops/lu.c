@@ -99,14 +99,21 @@ static tpu_lu_t tpu_lu_factor(tpu_builder_t* b, tpu_val_t A) {
   tpu_lu_t f = {TPU_NOVAL, TPU_NOVAL, TPU_NOVAL};
   if (!tpu_b_ok(b)) return f;
   tpu_aval_t m = *tpu_b_aval(b, A);
-  tpu_aval_t ivec = tpu_mx_retype(&m, TPU_I32);
+  int64_t rows = m.dims[m.rank - 2], cols = m.dims[m.rank - 1], k = rows < cols ? rows : cols;
+  tpu_aval_t ivec = tpu_mx_retype(&m, TPU_I32); /* (batch..., rows) */
   ivec.rank--;
   tpu_val_t perm = tpu_b_iota(b, &ivec, ivec.rank - 1);
   tpu_val_t init[3] = {A, tpu_b_full(b, &ivec, 0), perm}, res[3];
-  tpu_mx_for(b, m.dims[m.rank - 1], 3, init, tpu_lu_factor_step, NULL, res);
+  tpu_mx_for(b, k, 3, init, tpu_lu_factor_step, NULL, res);
   f.LU = res[0];
   f.pivots = res[1];
   f.perm = res[2];
+  if (k < rows) { /* min(rows, cols) pivots */
+    int64_t start[TPU_MAX_RANK] = {0}, limit[TPU_MAX_RANK];
+    for (int i = 0; i < ivec.rank; i++) limit[i] = ivec.dims[i];
+    limit[ivec.rank - 1] = k;
+    f.pivots = tpu_b_slice(b, f.pivots, start, limit, NULL);
+  }
   return f;
 }
 
@@ -148,10 +155,11 @@ static void tpu_lu_perm_step(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu
   out[1] = in[1];
 }
 
-/* The row permutation that ATen's sequential 1-based pivots describe. */
-static tpu_val_t tpu_lu_perm_of_pivots(tpu_builder_t* b, tpu_val_t pivots) {
-  tpu_aval_t v = *tpu_b_aval(b, pivots);
-  tpu_val_t init[2] = {tpu_b_iota(b, &v, v.rank - 1), pivots}, res[2];
+/* The row permutation (of `rows` rows) that ATen's sequential 1-based pivots describe. */
+static tpu_val_t tpu_lu_perm_of_pivots(tpu_builder_t* b, tpu_val_t pivots, int64_t rows) {
+  tpu_aval_t v = *tpu_b_aval(b, pivots), rv = v;
+  rv.dims[rv.rank - 1] = rows;
+  tpu_val_t init[2] = {tpu_b_iota(b, &rv, rv.rank - 1), pivots}, res[2];
   tpu_mx_for(b, v.dims[v.rank - 1], 2, init, tpu_lu_perm_step, NULL, res);
   return res[0];
 }
@@ -203,7 +211,7 @@ static tpu_val_t tpu_lu_solve(tpu_builder_t* b, tpu_val_t LU, tpu_val_t perm, tp
 /* --------------------------------------------------------------- checks */
 
 /* f32/f64 input of at least 2 dims with square trailing matrices; ATen's messages. */
-static bool tpu_lu_check(tpu_builder_t* b, const tpu_aval_t* a, const char* api) {
+static bool tpu_lu_check_any(tpu_builder_t* b, const tpu_aval_t* a, const char* api, bool square) {
   if (a->dtype != TPU_F32 && a->dtype != TPU_F64) {
     if (a->dtype == TPU_C64 || a->dtype == TPU_C128)
       TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "%s: complex inputs are not supported on tpu yet", api);
@@ -219,12 +227,17 @@ static bool tpu_lu_check(tpu_builder_t* b, const tpu_aval_t* a, const char* api)
     TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "%s: The input tensor A must have at least 2 dimensions.", api);
     return false;
   }
-  if (a->dims[a->rank - 1] != a->dims[a->rank - 2]) {
+  if (square && a->dims[a->rank - 1] != a->dims[a->rank - 2]) {
     TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "%s: A must be batches of square matrices, but they are %" PRId64 " by %" PRId64
                " matrices", api, a->dims[a->rank - 2], a->dims[a->rank - 1]);
     return false;
   }
   return true;
+}
+
+/* tpu_lu_check_any for square matrices (solves, inverses, determinants). */
+static bool tpu_lu_check(tpu_builder_t* b, const tpu_aval_t* a, const char* api) {
+  return tpu_lu_check_any(b, a, api, true);
 }
 
 /* ATen factors A^T for contiguous real A in det/slogdet (see the top). */
@@ -240,7 +253,7 @@ static tpu_status_t* tpu_lower_linalg_lu_factor_ex(tpu_builder_t* b, tpu_op_t* o
                                                    int* nouts) {
   (void)max_outs;
   tpu_aval_t a = tpu_op_aval(op, 0);
-  if (!tpu_lu_check(b, &a, "torch.linalg.lu_factor_ex")) return NULL;
+  if (!tpu_lu_check_any(b, &a, "torch.linalg.lu_factor_ex", false)) return NULL;
   if (!tpu_op_bool(op, 1, true))
     return TPU_STATUS(TPU_UNIMPLEMENTED, "linalg.lu_factor: LU without pivoting is not implemented on tpu");
   tpu_lu_t f = tpu_lu_factor(b, tpu_op_tensor(b, op, 0));
@@ -420,12 +433,82 @@ static tpu_status_t* tpu_lower_linalg_lu_solve(tpu_builder_t* b, tpu_op_t* op, i
   tpu_val_t LU = tpu_lu_to_batch(b, tpu_op_tensor(b, op, 0), &batch, 2);
   tpu_val_t piv = tpu_lu_to_batch(b, tpu_op_tensor(b, op, 1), &batch, 1);
   tpu_val_t B = tpu_lu_to_batch(b, tpu_op_tensor(b, op, 2), &batch, 2);
-  outs[0] = tpu_lu_solve(b, LU, tpu_lu_perm_of_pivots(b, piv), B, left, adjoint);
+  outs[0] = tpu_lu_solve(b, LU, tpu_lu_perm_of_pivots(b, piv, n), B, left, adjoint);
   *nouts = 1;
   return NULL;
 }
 
+/* ------------------------------------------------------------ unpacking */
+
+/* The leading `rows` x `cols` block of matrices x. */
+static tpu_val_t tpu_lu_block(tpu_builder_t* b, tpu_val_t x, int64_t rows, int64_t cols) {
+  tpu_aval_t a = *tpu_b_aval(b, x);
+  int64_t start[TPU_MAX_RANK] = {0}, limit[TPU_MAX_RANK];
+  for (int i = 0; i < a.rank; i++) limit[i] = a.dims[i];
+  limit[a.rank - 2] = rows;
+  limit[a.rank - 1] = cols;
+  return tpu_b_slice(b, x, start, limit, NULL);
+}
+
+/* (P, L, U) with A = P L U from a factorisation (LU: batch..., m, n; 1-based
+ * pivots: batch..., k): L (m, k) unit lower, U (k, n) upper, P (m, m). A part
+ * not asked for is an empty tensor, as ATen returns. */
+static void tpu_lu_unpack(tpu_builder_t* b, tpu_val_t LU, tpu_val_t pivots, bool data, bool perm, tpu_val_t* outs) {
+  tpu_aval_t a = *tpu_b_aval(b, LU);
+  int64_t m = a.dims[a.rank - 2], n = a.dims[a.rank - 1], k = m < n ? m : n, zero = 0;
+  tpu_aval_t empty = tpu_aval_make(a.dtype, 1, &zero);
+  outs[0] = outs[1] = outs[2] = tpu_b_full(b, &empty, 0);
+  if (perm) { /* A = P (L U) with (P^T A)[i] = A[perm[i]] */
+    tpu_val_t p = tpu_lu_perm_of_pivots(b, tpu_b_convert(b, pivots, TPU_I32), m);
+    outs[0] = tpu_mx_mT(b, tpu_lu_perm_matrix(b, p, a.dtype));
+  }
+  if (data) {
+    tpu_val_t l = tpu_lu_block(b, LU, m, k), u = tpu_lu_block(b, LU, k, n);
+    tpu_aval_t la = *tpu_b_aval(b, l), ua = *tpu_b_aval(b, u);
+    tpu_val_t strict = tpu_b_binary(b, "stablehlo.and", tpu_mx_tri_pred(b, &la, true),
+                                    tpu_b_unary(b, "stablehlo.not", tpu_mx_tri_pred(b, &la, false)));
+    tpu_val_t diag = tpu_b_binary(b, "stablehlo.and", tpu_mx_tri_pred(b, &la, true), tpu_mx_tri_pred(b, &la, false));
+    outs[1] = tpu_b_select(b, strict, l, tpu_b_select(b, diag, tpu_b_full(b, &la, 1), tpu_b_full(b, &la, 0)));
+    outs[2] = tpu_b_select(b, tpu_mx_tri_pred(b, &ua, false), u, tpu_b_full(b, &ua, 0));
+  }
+}
+
+/* lu_unpack(LU_data, LU_pivots, unpack_data, unpack_pivots) -> (P, L, U) */
+static tpu_status_t* tpu_lower_lu_unpack(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
+  (void)max_outs;
+  tpu_aval_t a = tpu_op_aval(op, 0), p = tpu_op_aval(op, 1);
+  if (a.rank < 2 || !tpu_dtype_is_float(a.dtype))
+    return TPU_STATUS(TPU_INVALID_ARGUMENT, "torch.lu_unpack: LU_data must be a batch of float matrices");
+  int64_t k = a.dims[a.rank - 2] < a.dims[a.rank - 1] ? a.dims[a.rank - 2] : a.dims[a.rank - 1];
+  if (p.rank != a.rank - 1 || p.dims[p.rank - 1] != k)
+    return TPU_STATUS(TPU_INVALID_ARGUMENT, "torch.lu_unpack: LU_pivots.size(-1) must equal min(LU_data.size(-2), "
+                      "LU_data.size(-1)), but got %" PRId64 " and %" PRId64, p.rank ? p.dims[p.rank - 1] : 0, k);
+  if (p.dtype != TPU_I32)
+    return TPU_STATUS(TPU_INVALID_ARGUMENT, "torch.lu_unpack: LU_pivots is expected to be a contiguous tensor of "
+                      "torch.int32 dtype. Note: this function is intended to be used with the output produced by "
+                      "torch.linalg.lu_factor");
+  tpu_lu_unpack(b, tpu_op_tensor(b, op, 0), tpu_op_tensor(b, op, 1), tpu_op_bool(op, 2, true),
+                tpu_op_bool(op, 3, true), outs);
+  *nouts = 3;
+  return NULL;
+}
+
+/* linalg_lu(A, pivot) -> (P, L, U) */
+static tpu_status_t* tpu_lower_linalg_lu(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
+  (void)max_outs;
+  tpu_aval_t a = tpu_op_aval(op, 0);
+  if (!tpu_lu_check_any(b, &a, "linalg.lu", false)) return NULL;
+  if (!tpu_op_bool(op, 1, true))
+    return TPU_STATUS(TPU_UNIMPLEMENTED, "linalg.lu: LU without pivoting is not implemented on tpu");
+  tpu_lu_t f = tpu_lu_factor(b, tpu_op_tensor(b, op, 0));
+  tpu_lu_unpack(b, f.LU, f.pivots, true, true, outs);
+  *nouts = 3;
+  return NULL;
+}
+
 const tpu_lowering_t tpu_lowerings_lu[] = {
+    {"lu_unpack", tpu_lower_lu_unpack},
+    {"linalg_lu", tpu_lower_linalg_lu},
     {"linalg_lu_factor_ex", tpu_lower_linalg_lu_factor_ex},
     {"linalg_inv_ex", tpu_lower_linalg_inv_ex},
     {"_linalg_solve_ex", tpu_lower__linalg_solve_ex},
