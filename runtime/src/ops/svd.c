@@ -29,7 +29,7 @@
  * against the coordinate vector least covered by the basis so far (run only
  * when some batch element needs it). A is scaled by 1 / max|A| first so that
  * squared norms cannot overflow. */
-#include "matrix.h"
+#include "svd.h"
 
 #include <float.h>
 #include <math.h>
@@ -260,10 +260,6 @@ static tpu_val_t tpu_svd_permute_rows(tpu_builder_t* b, tpu_val_t idx, tpu_val_t
   return tpu_mx_matmul(b, tpu_b_convert(b, hit, tpu_b_dtype(b, x)), x);
 }
 
-typedef struct tpu_svd {
-  tpu_val_t U, S, Vh;
-} tpu_svd_t;
-
 /* The SVD of A (batch..., m, n), m >= n >= 1; with_uv: U has m columns if
  * full, else n. */
 static tpu_svd_t tpu_svd_tall(tpu_builder_t* b, tpu_val_t A, bool with_uv, bool full) {
@@ -355,6 +351,24 @@ static void tpu_svd_check_finite(tpu_builder_t* b, tpu_op_t* op, tpu_val_t A) {
                "linalg.svd: The algorithm failed to converge because the input matrix contained non-finite values.");
 }
 
+tpu_svd_t tpu_svd_factor(tpu_builder_t* b, tpu_op_t* op, tpu_val_t A, bool uv, bool full) {
+  tpu_aval_t a = *tpu_b_aval(b, A);
+  int64_t m = a.dims[a.rank - 2], n = a.dims[a.rank - 1];
+  tpu_svd_t f;
+  if (m == 0 || n == 0) {
+    tpu_svd_empty(b, &a, full, &f);
+    return f;
+  }
+  tpu_svd_check_finite(b, op, A);
+  if (m >= n) return tpu_svd_tall(b, A, uv, full);
+  /* A^T = U' S Vh'  =>  A = Vh'^T S U'^T */
+  tpu_svd_t t = tpu_svd_tall(b, tpu_mx_mT(b, A), uv, full);
+  f.S = t.S;
+  f.U = uv ? tpu_mx_mT(b, t.Vh) : TPU_NOVAL;
+  f.Vh = uv ? tpu_mx_mT(b, t.U) : TPU_NOVAL;
+  return f;
+}
+
 /* _linalg_svd(A, full_matrices=False, compute_uv=True, *, driver=None) -> (U, S, Vh) */
 static tpu_status_t* tpu_lower__linalg_svd(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs,
                                            int* nouts) {
@@ -366,22 +380,7 @@ static tpu_status_t* tpu_lower__linalg_svd(tpu_builder_t* b, tpu_op_t* op, int m
                       "torch.linalg.svd: keyword argument `driver=` is only supported on CUDA inputs with cuSOLVER "
                       "backend.");
   bool full = tpu_op_bool(op, 1, false), uv = tpu_op_bool(op, 2, true);
-  int r = a.rank;
-  int64_t m = a.dims[r - 2], n = a.dims[r - 1];
-  tpu_val_t A = tpu_op_tensor(b, op, 0);
-  tpu_svd_t f;
-  if (m == 0 || n == 0) {
-    tpu_svd_empty(b, &a, full, &f);
-  } else if (m >= n) {
-    tpu_svd_check_finite(b, op, A);
-    f = tpu_svd_tall(b, A, uv, full);
-  } else { /* A^T = U' S Vh'  =>  A = Vh'^T S U'^T */
-    tpu_svd_check_finite(b, op, A);
-    tpu_svd_t t = tpu_svd_tall(b, tpu_mx_mT(b, A), uv, full);
-    f.S = t.S;
-    f.U = uv ? tpu_mx_mT(b, t.Vh) : TPU_NOVAL;
-    f.Vh = uv ? tpu_mx_mT(b, t.U) : TPU_NOVAL;
-  }
+  tpu_svd_t f = tpu_svd_factor(b, op, tpu_op_tensor(b, op, 0), uv, full);
   if (!uv) { /* ATen returns empty U and Vh */
     int64_t zero = 0;
     tpu_aval_t ea = tpu_aval_make(a.dtype, 1, &zero);
@@ -397,5 +396,6 @@ static tpu_status_t* tpu_lower__linalg_svd(tpu_builder_t* b, tpu_op_t* op, int m
 
 const tpu_lowering_t tpu_lowerings_svd[] = {
     {"_linalg_svd", tpu_lower__linalg_svd},
+    {"linalg_lstsq", tpu_lower_linalg_lstsq},
     {NULL, NULL},
 };
