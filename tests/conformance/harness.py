@@ -449,7 +449,8 @@ def _closer_to_float64(op, sample, actual, expected):
     """bfloat16 arbiter: True if every float output element of tpu is no farther from the
     op's float64 result (bf16 inputs upcast, exactly representable) than CPU's bf16
     result is, up to TOL[bfloat16].  Accumulation order and intermediate rounding
-    differ between PyTorch's CPU kernels and XLA; neither is the reference then."""
+    differ between PyTorch's CPU kernels and XLA; neither is the reference then
+    (nor is a CPU NaN where float64 is finite: matrix_exp overflows in bf16 on CPU)."""
     try:
         ref = op(tree_map(_upcast, sample.input), *tree_map(_upcast, tuple(sample.args)),
                  **{k: tree_map(_upcast, v) for k, v in sample.kwargs.items()})
@@ -471,6 +472,9 @@ def _closer_to_float64(op, sample, actual, expected):
             return False
         r = r.double()
         ea, ee = (a.double() - r).abs(), (e.double() - r).abs()
+        # A NaN from CPU where float64 is finite is CPU's failure: tpu must then be
+        # within TOL of float64 itself.
+        ee = torch.where(torch.isnan(ee) & ~torch.isnan(r), torch.zeros_like(ee), ee)
         ok = (ea <= ee + t["atol"] + t["rtol"] * r.abs()) | (a.double() == e.double()) | \
              (torch.isnan(a.double()) & torch.isnan(r))
         if not bool(ok.all()):
