@@ -8,6 +8,8 @@
 extern const tpu_lowering_t tpu_lowerings_creation[];
 extern const tpu_lowering_t tpu_lowerings_elementwise[];
 extern const tpu_lowering_t tpu_lowerings_reduce[];
+/* torch.segment_reduce (segment.c). */
+extern const tpu_lowering_t tpu_lowerings_segment[];
 extern const tpu_lowering_t tpu_lowerings_matmul[];
 extern const tpu_lowering_t tpu_lowerings_nn[];
 /* The multi-class margin losses (nn_margin.c). */
