@@ -110,6 +110,13 @@ def test_fold_unfold():
     check_grad(lambda c: F.fold(c, output_size=(5, 6), kernel_size=2, padding=1, stride=(2, 2)), cols)
 
 
+@pytest.mark.parametrize("shape,dim,size,step", [((10,), 0, 3, 2), ((4, 9), 1, 4, 1), ((4, 9, 2), 1, 2, 3),
+                                                 ((5,), 0, 5, 1), ((), 0, 1, 1)])
+def test_tensor_unfold_backward(shape, dim, size, step):
+    # overlapping (step < size) and gapped (step > size) windows: unfold_backward
+    check_grad(lambda x: x.unfold(dim, size, step), torch.randn(shape))
+
+
 NEAREST = ["nearest", "nearest-exact"]
 
 

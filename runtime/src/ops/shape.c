@@ -759,12 +759,53 @@ static tpu_status_t* tpu_lower_col2im(tpu_builder_t* b, tpu_op_t* op, int max_ou
   return tpu_shape_one(r, outs, nouts);
 }
 
+/* ============================================================ unfold backward */
+
+/* unfold_backward(grad_in, input_sizes, dim, size, step): Tensor.unfold's
+ * adjoint. grad_in is the input's shape with `dim` holding the n windows and a
+ * trailing dim of `size`; offset o of window w adds to position w * step + o
+ * (one scatter-add per offset; overlapping windows accumulate). */
+static tpu_status_t* tpu_lower_unfold_backward(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs,
+                                               int* nouts) {
+  (void)max_outs;
+  tpu_aval_t ga = tpu_op_aval(op, 0);
+  int64_t in[TPU_MAX_RANK];
+  int rank = tpu_op_ints(op, 1, in, TPU_MAX_RANK);
+  int64_t size = tpu_op_int(op, 3, 1), step = tpu_op_int(op, 4, 1);
+  int dim = rank > 0 ? tpu_ops_dim(b, tpu_op_int(op, 2, 0), rank) : 0;
+  if (!tpu_b_ok(b)) return tpu_b_take_error(b);
+  if (ga.rank != (rank > 0 ? rank : 0) + 1 || size < 0 || step <= 0) {
+    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "unfold_backward: grad of rank %d for an input of rank %d", ga.rank, rank);
+    return tpu_b_take_error(b);
+  }
+  tpu_dtype_t ct = tpu_dtype_opmath(ga.dtype);
+  tpu_aval_t ia = tpu_aval_make(ct, rank, in);
+  tpu_val_t acc = tpu_b_full(b, &ia, 0), g = tpu_b_convert(b, tpu_op_tensor(b, op, 0), ct);
+  int64_t n = rank > 0 ? ga.dims[dim] : ga.dims[0];
+  if (rank == 0) /* a 0-d input unfolds to one window of size 1 */
+    return tpu_shape_one(tpu_b_convert(b, tpu_b_reshape(b, g, 0, NULL), ga.dtype), outs, nouts);
+  if (n == 0 || size == 0) return tpu_shape_one(tpu_b_convert(b, acc, ga.dtype), outs, nouts);
+  tpu_aval_t na = tpu_aval_make(TPU_I64, 1, &n);
+  tpu_val_t base = tpu_b_binary(b, "stablehlo.multiply", tpu_b_iota(b, &na, 0), tpu_b_full(b, &na, (double)step));
+  for (int64_t o = 0; o < size && tpu_b_ok(b); ++o) {
+    int64_t start[TPU_MAX_RANK] = {0}, limit[TPU_MAX_RANK];
+    for (int i = 0; i < ga.rank; i++) limit[i] = ga.dims[i];
+    start[ga.rank - 1] = o;
+    limit[ga.rank - 1] = o + 1;
+    tpu_val_t part = tpu_b_reshape(b, tpu_b_slice(b, g, start, limit, NULL), rank, ga.dims);
+    tpu_val_t at = tpu_b_binary(b, "stablehlo.add", base, tpu_b_full(b, &na, (double)o));
+    acc = tpu_idx_put_along(b, acc, dim, at, part, "stablehlo.add");
+  }
+  return tpu_shape_one(tpu_b_convert(b, acc, ga.dtype), outs, nouts);
+}
+
 #define TPU_SHAPE_PAD(n) {"reflection_pad" #n "d", tpu_lower_pad}, {"reflection_pad" #n "d_backward", tpu_lower_pad}, \
                          {"replication_pad" #n "d", tpu_lower_pad}, {"replication_pad" #n "d_backward", tpu_lower_pad}
 #define TPU_SHAPE_UP(name) {name, tpu_lower_upsample}, {name "_backward", tpu_lower_upsample}
 
 const tpu_lowering_t tpu_lowerings_shape[] = {
     {"cat", tpu_lower_cat},
+    {"unfold_backward", tpu_lower_unfold_backward},
     {"flip", tpu_lower_flip},
     {"roll", tpu_lower_roll},
     {"narrow_copy", tpu_lower_narrow_copy},
