@@ -12,6 +12,8 @@ extern const tpu_lowering_t tpu_lowerings_reduce[];
 extern const tpu_lowering_t tpu_lowerings_segment[];
 extern const tpu_lowering_t tpu_lowerings_matmul[];
 extern const tpu_lowering_t tpu_lowerings_nn[];
+/* Fractional max pooling (fractional_pool.c). */
+extern const tpu_lowering_t tpu_lowerings_fractional_pool[];
 /* The multi-class margin losses (nn_margin.c). */
 extern const tpu_lowering_t tpu_lowerings_nn_margin[];
 extern const tpu_lowering_t tpu_lowerings_index[];
