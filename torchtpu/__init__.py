@@ -215,6 +215,18 @@ from . import distributed as _distributed  # noqa: E402,F401  (the "tpu" c10d ba
 import atexit as _atexit  # noqa: E402
 
 
+class _DrainProbe(torch.autograd.Function):
+    """A graph node on the tpu device that does no device work (see below)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return None
+
+
 def _drain_autograd_thread() -> None:
     """Lets the tpu autograd thread drop its last graph task while Python still runs.
 
@@ -223,16 +235,16 @@ def _drain_autograd_thread() -> None:
     drop a finished task just after the main thread moved on; that release takes the
     GIL, and once interpreter finalization has begun, taking the GIL ends the thread
     with pthread_exit, which aborts the process ("terminate called without an active
-    exception", exit status 134). A tiny backward on the device, run without that
-    stash, is queued behind whatever the thread still holds: when it returns, the
-    earlier release has happened, while the GIL could still be taken."""
+    exception", exit status 134). A backward through one node on the device, run
+    without that stash, is queued behind whatever the thread still holds: when it
+    returns, the earlier release has happened, while the GIL could still be taken.
+    The node allocates two empty 0-d tensors and runs no device program."""
     if not _C.is_initialized():
         return
     try:
-        x = torch.ones((), device="tpu", requires_grad=True)
-        y = x * 2
+        y = _DrainProbe.apply(torch.empty((), device="tpu", requires_grad=True))
         torch.autograd.Variable._execution_engine.run_backward(
-            (y,), (torch.ones((), device="tpu"),), False, False, (), True, True)
+            (y,), (torch.empty((), device="tpu"),), False, False, (), True, True)
     except Exception:  # noqa: BLE001  (a broken device at exit must not mask the real exit status)
         pass
 
