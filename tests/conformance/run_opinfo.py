@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """torchtpu OpInfo conformance: PyTorch's op_db on "tpu" vs CPU -> REPORT/conformance.{md,json}.
 
-    run_opinfo.py [--all] [--ops name,name] [--dtypes float32,bfloat16,int64,bool]
+    run_opinfo.py [--all] [--ops name,name] [--dtypes float32,bfloat16,float16,int64,int32,bool]
                   [--modes fwd,bwd] [--report DIR] [--jobs N] [--max-samples K]
                   [--timeout S] [--chunk C]
 
@@ -46,7 +46,7 @@ def _parse(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--all", action="store_true", help="every OpInfo in op_db")
     p.add_argument("--ops", default="", help="comma-separated OpInfo names (name or name.variant)")
-    p.add_argument("--dtypes", default="float32,bfloat16,int64,bool")
+    p.add_argument("--dtypes", default="float32,bfloat16,float16,int64,int32,bool")
     p.add_argument("--modes", default="fwd,bwd")
     p.add_argument("--report", default="reports", help="directory for conformance.{md,json}")
     p.add_argument("--jobs", type=int, default=min(4, os.cpu_count() or 1))
