@@ -28,8 +28,8 @@ Two rules, for forward only, accept a sample whose values differ from CPU's:
     dim, cummax/cummin): indices may pick another one of tied values, if the values
     match and input.gather(dim, indices) == values; argsort (stable=False): indices
     that order the input the same way (counted in samples_tie_indices);
-  - bfloat16: when every tpu output element is no farther from the op's float64
-    result (bf16 inputs upcast exactly) than CPU's bf16 result, up to TOL[bfloat16]
+  - bfloat16/float16: when every tpu output element is no farther from the op's float64
+    result (half inputs upcast exactly) than CPU's half result, up to TOL[dtype]
     (accumulation order / intermediate rounding differ; counted in
     samples_bf16_float64_arbiter).
 
@@ -74,12 +74,16 @@ from tpu_testing import TOL, tol  # noqa: E402,F401  (tolerances: stated once, t
 DTYPES = {
     "float32": torch.float32,
     "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
     "int64": torch.int64,
+    "int32": torch.int32,
     "bool": torch.bool,
 }
-# The five report columns: (dtype name, mode).  Backward is float32 only.
-COLUMNS = [("float32", "fwd"), ("bfloat16", "fwd"), ("int64", "fwd"), ("bool", "fwd"),
-           ("float32", "bwd")]
+# The report columns: (dtype name, mode).  Backward is float32 only.
+COLUMNS = [("float32", "fwd"), ("bfloat16", "fwd"), ("float16", "fwd"), ("int64", "fwd"), ("int32", "fwd"),
+           ("bool", "fwd"), ("float32", "bwd")]
+# Half types, judged against float64 when tpu and CPU disagree (_closer_to_float64).
+HALF = (torch.bfloat16, torch.float16)
 DEFAULT_MAX_SAMPLES = 8
 DEFAULT_TIMEOUT = 20.0
 SEED = 0
@@ -440,7 +444,7 @@ def _tie_ok(op, sample, actual, expected, scale):
 
 
 def _upcast(x):
-    if isinstance(x, torch.Tensor) and x.dtype == torch.bfloat16:
+    if isinstance(x, torch.Tensor) and x.dtype in HALF:
         return x.detach().double()
     return x
 
@@ -459,10 +463,11 @@ def _closer_to_float64(op, sample, actual, expected):
     fa, fe, fr = (_flat_tensors(x) for x in (actual, expected, ref))
     if not (len(fa) == len(fe) == len(fr)) or not fe:
         return False
-    t = TOL[torch.bfloat16]
+    half = [e.dtype for e in fe if e.dtype in HALF]
+    t = TOL[half[0] if half else torch.bfloat16]
     for a, e, r in zip(fa, fe, fr):
         a = a.detach().cpu()
-        if e.dtype != torch.bfloat16:
+        if e.dtype not in HALF:
             try:
                 compare(a, e)
             except Mismatch:
@@ -500,7 +505,7 @@ def _run_fwd_sample(op, sample, values, scale, dtype, res):
         if values and _tie_ok(op, sample, actual, expected, scale):
             res["samples_tie_indices"] = res.get("samples_tie_indices", 0) + 1
             return
-        if values and dtype == torch.bfloat16 and _closer_to_float64(op, sample, actual,
+        if values and dtype in HALF and _closer_to_float64(op, sample, actual,
                                                                      expected):
             res["samples_bf16_float64_arbiter"] = res.get("samples_bf16_float64_arbiter", 0) + 1
             return

@@ -12,12 +12,14 @@ import re
 COLUMN_TITLES = {
     "float32/fwd": "forward float32",
     "bfloat16/fwd": "forward bfloat16",
+    "float16/fwd": "forward float16",
     "int64/fwd": "forward int64",
+    "int32/fwd": "forward int32",
     "bool/fwd": "forward bool",
     "float32/bwd": "backward float32",
 }
-SHORT = {"float32/fwd": "f32", "bfloat16/fwd": "bf16", "int64/fwd": "i64",
-         "bool/fwd": "bool", "float32/bwd": "f32 bwd"}
+SHORT = {"float32/fwd": "f32", "bfloat16/fwd": "bf16", "float16/fwd": "f16", "int64/fwd": "i64",
+         "int32/fwd": "i32", "bool/fwd": "bool", "float32/bwd": "f32 bwd"}
 STATUS_MARK = {"pass": "pass", "fail": "**FAIL**", "unsupported": "unsup",
                "skipped": "skip", "timeout": "**TIMEOUT**", "crash": "**CRASH**"}
 # Statuses that count as "runs on CPU" (the pass-rate denominator): all but skipped.
@@ -142,15 +144,15 @@ def write_reports(results: dict, meta: dict, report_dir: str, columns: list[str]
              f"(timer signal; a worker hung in native code is killed after "
              f"{meta.get('hang_limit')} s); mode: {meta.get('mode')}")
     L.append("- tolerances: `tests/tpu_testing.py` `TOL` by output dtype "
-             "(float32 1e-5, bfloat16 1e-2, integers/bool exact); OpInfo-specific looser "
+             "(float32 1e-5, bfloat16 1e-2, float16 1e-3, integers/bool exact); OpInfo-specific looser "
              f"tolerances: {meta.get('tol_overrides') or 'none'}")
     L.append("- backward: `torch.autograd.grad` of the float outputs with a fixed random "
              "cotangent made on CPU; gradients of every float32 input that requires grad")
     L.append("- random / uninitialised outputs (rand, normal, bernoulli, dropout, multinomial, "
              "empty, ... or `has_nondeterministic_output`): shape/dtype only")
     L.append("- forward, (values, indices) ops: indices that pick another of tied values are "
-             "accepted (values equal, input.gather(dim, indices) == values); bfloat16: a sample "
-             "is accepted when tpu is no farther from the float64 result than CPU's bf16 "
+             "accepted (values equal, input.gather(dim, indices) == values); bfloat16/float16: a "
+             "sample is accepted when tpu is no farther from the float64 result than CPU's half "
              "result (counts per cell in conformance.json)")
     L.append("- a sample on which CPU itself raises is skipped, not a failure; "
              "percentages are of the OpInfos that run on CPU for that dtype/mode\n")
