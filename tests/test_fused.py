@@ -199,7 +199,7 @@ print("ok")
 
 
 def test_a_tiny_executable_cache_evicts_without_harm():
-    # TORCHTPU_CACHE_CAPACITY=16: every step's fused program (weight = its op count)
+    # TORCHTPU_CACHE_CAPACITY=16 (mappings): every step's fused program
     # evicts the op programs it was made of while the next recording still holds
     # them; training stays equal to CPU and the cache stays within its weight.
     script = r"""
@@ -228,3 +228,28 @@ print("ok")
     r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.strip().endswith("ok")
+
+
+def test_executable_cache_is_bounded_in_memory_mappings():
+    # An executable weighs the memory mappings its code added (a while-loop LU maps
+    # ~30, an add ~3); with TORCHTPU_CACHE_CAPACITY=300 the process's mappings stay
+    # near 300 above the start however many programs it compiles, so a long run
+    # cannot exhaust vm.max_map_count (65530) and crash inside the plugin.
+    script = r"""
+import os, torch, torchtpu
+def maps(): return sum(1 for _ in open("/proc/self/maps"))
+torch.ones(1, device="tpu").cpu()
+m0 = maps()
+for n in range(2, 26):
+    a = torch.randn(n, n, dtype=torch.float64)
+    torch.testing.assert_close(torch.linalg.lu_factor(a.to("tpu"))[0].cpu(), torch.linalg.lu_factor(a)[0])
+print(maps() - m0)
+"""
+    grown = {}
+    for cap in ("300", "1000000"):
+        env = dict(os.environ, TORCHTPU_CACHE_CAPACITY=cap)
+        r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-3000:]
+        grown[cap] = int(r.stdout.split()[-1])
+    assert grown["1000000"] > 600, grown  # 24 LU programs kept: their mappings add up
+    assert grown["300"] < 450, grown       # evicted to the capacity (plus the odd allocation)

@@ -8,7 +8,10 @@
 #include <string.h>
 
 #define TPU_CACHE_BUCKETS 4096
-#define TPU_CACHE_DEFAULT_CAPACITY 8192
+/* Capacity in memory mappings (an entry weighs what its executable's code
+ * mapped, tpu_executable_maps): well below vm.max_map_count's default of 65530,
+ * which the rest of the process shares. */
+#define TPU_CACHE_DEFAULT_CAPACITY 24576
 
 struct tpu_cache_entry {
   uint64_t hash;
@@ -30,7 +33,8 @@ static size_t tpu_cache_weight; /* their total weight, bounded by the capacity *
 static size_t tpu_cache_capacity;
 
 static size_t tpu_entry_weight(const tpu_cache_entry_t* e) {
-  return e->compiled.weight > 0 ? (size_t)e->compiled.weight : 1;
+  int maps = tpu_executable_maps(e->compiled.exe);
+  return maps > 0 ? (size_t)maps : 1;
 }
 
 uint64_t tpu_hash_bytes(const uint8_t* data, size_t len) {

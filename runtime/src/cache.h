@@ -17,10 +17,6 @@ typedef struct tpu_compiled {
   int nouts;             /* results the op returns */
   tpu_aval_t* out_avals; /* nouts entries, one more when checked */
   bool checked;          /* check.h: the executable also returns the error word */
-  /* What it costs the cache's capacity (0 counts as 1): a fused program of n
-   * ops weighs n, since the plugin maps code per kernel and a process may only
-   * hold so many mappings (vm.max_map_count). */
-  int weight;
 } tpu_compiled_t;
 
 /* Returns a referenced entry or NULL. */

@@ -70,6 +70,9 @@ tpu_executable_t* tpu_executable_retain(tpu_executable_t* exe);
 void tpu_executable_destroy(tpu_executable_t* exe);
 /* Process-unique id (never reused) and the StableHLO text it was compiled from (borrowed). */
 uint64_t tpu_executable_id(const tpu_executable_t* exe);
+/* The memory mappings its code added to the process when it was compiled or
+ * loaded (>= 1; what the executable cache weighs it by). */
+int tpu_executable_maps(const tpu_executable_t* exe);
 const char* tpu_executable_text(const tpu_executable_t* exe, size_t* out_len);
 /* Runs on `device` now; outputs get `out_avals` and remember `producer` (op
  * name, copied) for error messages. In debug eager mode waits for the outputs. */

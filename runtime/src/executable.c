@@ -1,5 +1,6 @@
 /* Compiling StableHLO text into loaded executables and running them. */
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -16,6 +17,7 @@ struct tpu_executable {
   int nouts;
   char* text; /* the StableHLO it came from (fuse.c inlines it) */
   size_t text_len;
+  int maps; /* memory mappings its code added to the process (>= 1) */
 };
 
 static atomic_uint_fast64_t g_next_exe_id = 1;
@@ -156,6 +158,22 @@ static tpu_status_t* load_or_compile(const PJRT_Api* api, const char* mlir, size
   return NULL;
 }
 
+/* The process's memory mappings (lines of /proc/self/maps); 0 where unknown.
+ * The CPU plugin maps generated code per kernel, and a process may hold only
+ * vm.max_map_count mappings (65530 by default): a while-loop decomposition
+ * maps about 90, an elementwise op 3. The cache weighs executables by it. */
+static long tpu_process_maps(void) {
+  FILE* f = fopen("/proc/self/maps", "r");
+  if (!f) return 0;
+  char buf[1 << 15];
+  long lines = 0;
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0)
+    for (size_t i = 0; i < n; ++i) lines += buf[i] == '\n';
+  fclose(f);
+  return lines;
+}
+
 tpu_status_t* tpu_executable_compile(const char* mlir, size_t len, int nouts,
                                      tpu_executable_t** out_exe) {
   if (!out_exe) return TPU_STATUS(TPU_INVALID_ARGUMENT, "out_exe is NULL");
@@ -166,8 +184,10 @@ tpu_status_t* tpu_executable_compile(const char* mlir, size_t len, int nouts,
   if (!api) return TPU_STATUS(TPU_FAILED_PRECONDITION, "the torchtpu runtime is not initialised");
 
   PJRT_LoadedExecutable* loaded = NULL;
+  long maps_before = tpu_process_maps();
   tpu_status_t* status = load_or_compile(api, mlir, len, &loaded);
   if (status) return tpu_status_annotate(status, "compile");
+  long maps_added = tpu_process_maps() - maps_before; /* other threads' mappings may blur it */
 
   size_t n = 0;
   status = num_outputs(api, loaded, &n);
@@ -191,6 +211,7 @@ tpu_status_t* tpu_executable_compile(const char* mlir, size_t len, int nouts,
   exe->nouts = nouts;
   exe->text = text;
   exe->text_len = len;
+  exe->maps = maps_added > 0 ? (int)(maps_added < INT32_MAX ? maps_added : INT32_MAX) : 1;
   *out_exe = exe;
   return NULL;
 }
@@ -208,6 +229,8 @@ void tpu_executable_destroy(tpu_executable_t* exe) {
 }
 
 uint64_t tpu_executable_id(const tpu_executable_t* exe) { return exe->id; }
+
+int tpu_executable_maps(const tpu_executable_t* exe) { return exe ? exe->maps : 0; }
 
 const char* tpu_executable_text(const tpu_executable_t* exe, size_t* out_len) {
   *out_len = exe->text_len;

@@ -371,7 +371,6 @@ static tpu_status_t* fuse_program(const fuse_queue_t* q, const int32_t* outs, in
     char* text = NULL;
     st = fuse_text(q, outs, nouts, &text);
     c.nouts = nouts;
-    c.weight = q->nops;
     c.out_avals = st ? NULL : calloc((size_t)(nouts ? nouts : 1), sizeof(tpu_aval_t));
     if (!st && !c.out_avals) st = TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "fused eager: out of host memory");
     for (int i = 0; !st && i < nouts; ++i) c.out_avals[i] = q->vals[outs[i]].aval;

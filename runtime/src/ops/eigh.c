@@ -32,16 +32,6 @@
  * float32 and about 10 in float64; the cap only bounds pathological inputs. */
 #define TPU_EIGH_MAX_SWEEPS 20
 
-/* x[lo:hi] along dim. */
-static tpu_val_t tpu_eigh_part(tpu_builder_t* b, tpu_val_t x, int dim, int64_t lo, int64_t hi) {
-  tpu_aval_t a = *tpu_b_aval(b, x);
-  int64_t start[TPU_MAX_RANK] = {0}, limit[TPU_MAX_RANK];
-  for (int i = 0; i < a.rank; i++) limit[i] = a.dims[i];
-  start[dim] = lo;
-  limit[dim] = hi;
-  return tpu_b_slice(b, x, start, limit, NULL);
-}
-
 /* The rotation of the halves (L, R) of a matrix along dim (rows: dim r-2,
  * columns: r-1) by the per-pair (batch..., h) s and tau, in Rutishauser's form:
  * L - s (R + tau L), R + s (L - tau R). */
@@ -74,7 +64,7 @@ static tpu_val_t tpu_eigh_merge(tpu_builder_t* b, tpu_val_t top, tpu_val_t bot, 
   tpu_val_t parts[5];
   int np = 0;
   for (int i = 0; i < 5; i++)
-    if (hi[i] > lo[i]) parts[np++] = tpu_eigh_part(b, src[i], dim, lo[i], hi[i]);
+    if (hi[i] > lo[i]) parts[np++] = tpu_mx_slice(b, src[i], dim, lo[i], hi[i]);
   return tpu_b_concat(b, np, parts, dim);
 }
 
@@ -123,18 +113,18 @@ static void tpu_eigh_step(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_va
   tpu_val_t M = in[0], d = in[1];
   int r = tpu_b_rank(b, M), last = r - 1;
   int64_t h = c->h;
-  tpu_val_t app = tpu_eigh_part(b, d, last - 1, 0, h), aqq = tpu_eigh_part(b, d, last - 1, h, 2 * h);
-  tpu_val_t apq = tpu_mx_diag(b, tpu_eigh_part(b, tpu_eigh_part(b, M, r - 2, 0, h), last, h, 2 * h));
+  tpu_val_t app = tpu_mx_slice(b, d, last - 1, 0, h), aqq = tpu_mx_slice(b, d, last - 1, h, 2 * h);
+  tpu_val_t apq = tpu_mx_diag(b, tpu_mx_slice(b, tpu_mx_slice(b, M, r - 2, 0, h), last, h, 2 * h));
   tpu_val_t t, s, tau;
   tpu_eigh_angles(b, app, aqq, apq, &t, &s, &tau);
   tpu_val_t tq = tpu_b_binary(b, "stablehlo.multiply", t, apq);
   tpu_val_t nd[2] = {tpu_b_binary(b, "stablehlo.subtract", app, tq), tpu_b_binary(b, "stablehlo.add", aqq, tq)};
   /* Rows, then columns of each row half, as four h x h blocks Xab; then the
    * round-robin move of rows and columns, assembled in one concatenation per dim. */
-  tpu_val_t T = tpu_eigh_part(b, M, r - 2, 0, h), B = tpu_eigh_part(b, M, r - 2, h, 2 * h);
+  tpu_val_t T = tpu_mx_slice(b, M, r - 2, 0, h), B = tpu_mx_slice(b, M, r - 2, h, 2 * h);
   tpu_eigh_rotate(b, &T, &B, r - 2, s, tau);
-  tpu_val_t TT = tpu_eigh_part(b, T, last, 0, h), TB = tpu_eigh_part(b, T, last, h, 2 * h);
-  tpu_val_t BT = tpu_eigh_part(b, B, last, 0, h), BB = tpu_eigh_part(b, B, last, h, 2 * h);
+  tpu_val_t TT = tpu_mx_slice(b, T, last, 0, h), TB = tpu_mx_slice(b, T, last, h, 2 * h);
+  tpu_val_t BT = tpu_mx_slice(b, B, last, 0, h), BB = tpu_mx_slice(b, B, last, h, 2 * h);
   tpu_eigh_rotate(b, &TT, &TB, last, s, tau);
   tpu_eigh_rotate(b, &BT, &BB, last, s, tau);
   tpu_val_t top = tpu_eigh_merge(b, TT, tpu_eigh_zero_diag(b, TB), last);
@@ -143,7 +133,7 @@ static void tpu_eigh_step(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_va
   out[1] = tpu_eigh_merge(b, nd[0], nd[1], last - 1);
   if (c->vectors) {
     /* V^T is carried (rows rotate and move: contiguous, unlike columns). */
-    tpu_val_t VT = tpu_eigh_part(b, in[2], r - 2, 0, h), VB = tpu_eigh_part(b, in[2], r - 2, h, 2 * h);
+    tpu_val_t VT = tpu_mx_slice(b, in[2], r - 2, 0, h), VB = tpu_mx_slice(b, in[2], r - 2, h, 2 * h);
     tpu_eigh_rotate(b, &VT, &VB, r - 2, s, tau);
     out[2] = tpu_eigh_merge(b, VT, VB, r - 2);
   }
@@ -217,13 +207,13 @@ static void tpu_eigh_jacobi(tpu_builder_t* b, tpu_val_t A, bool vectors, tpu_val
   if (vectors) init[nc++] = tpu_mx_eye(b, &big);
   init[nc++] = thr2;
   tpu_mx_while(b, TPU_EIGH_MAX_SWEEPS, nc, init, tpu_eigh_not_done, tpu_eigh_sweep, &c, res, NULL);
-  tpu_val_t d = tpu_eigh_part(b, res[1], r - 2, 0, n);
+  tpu_val_t d = tpu_mx_slice(b, res[1], r - 2, 0, n);
   tpu_aval_t dv = *tpu_b_aval(b, d);
   d = tpu_b_binary(b, "stablehlo.multiply", d, tpu_mx_bcast_batch(b, scale, &dv));
   tpu_val_t idx;
   tpu_idx_sort(b, d, r - 2, false, w, &idx);
   if (!vectors) return;
-  tpu_val_t Vn = tpu_mx_mT(b, tpu_eigh_part(b, tpu_eigh_part(b, res[2], r - 2, 0, n), r - 1, 0, n));
+  tpu_val_t Vn = tpu_mx_mT(b, tpu_mx_slice(b, tpu_mx_slice(b, res[2], r - 2, 0, n), r - 1, 0, n));
   tpu_aval_t ia = tpu_mx_retype(&m, TPU_I64);
   *V = tpu_idx_gather_dim(b, Vn, r - 1, tpu_mx_bcast_vec(b, idx, &ia, true));
 }

@@ -440,16 +440,6 @@ static tpu_status_t* tpu_lower_linalg_lu_solve(tpu_builder_t* b, tpu_op_t* op, i
 
 /* ------------------------------------------------------------ unpacking */
 
-/* The leading `rows` x `cols` block of matrices x. */
-static tpu_val_t tpu_lu_block(tpu_builder_t* b, tpu_val_t x, int64_t rows, int64_t cols) {
-  tpu_aval_t a = *tpu_b_aval(b, x);
-  int64_t start[TPU_MAX_RANK] = {0}, limit[TPU_MAX_RANK];
-  for (int i = 0; i < a.rank; i++) limit[i] = a.dims[i];
-  limit[a.rank - 2] = rows;
-  limit[a.rank - 1] = cols;
-  return tpu_b_slice(b, x, start, limit, NULL);
-}
-
 /* (P, L, U) with A = P L U from a factorisation (LU: batch..., m, n; 1-based
  * pivots: batch..., k): L (m, k) unit lower, U (k, n) upper, P (m, m). A part
  * not asked for is an empty tensor, as ATen returns. */
@@ -463,7 +453,7 @@ static void tpu_lu_unpack(tpu_builder_t* b, tpu_val_t LU, tpu_val_t pivots, bool
     outs[0] = tpu_mx_mT(b, tpu_lu_perm_matrix(b, p, a.dtype));
   }
   if (data) {
-    tpu_val_t l = tpu_lu_block(b, LU, m, k), u = tpu_lu_block(b, LU, k, n);
+    tpu_val_t l = tpu_mx_block(b, LU, m, k), u = tpu_mx_block(b, LU, k, n);
     tpu_aval_t la = *tpu_b_aval(b, l), ua = *tpu_b_aval(b, u);
     tpu_val_t strict = tpu_b_binary(b, "stablehlo.and", tpu_mx_tri_pred(b, &la, true),
                                     tpu_b_unary(b, "stablehlo.not", tpu_mx_tri_pred(b, &la, false)));

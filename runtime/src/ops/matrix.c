@@ -116,10 +116,7 @@ tpu_val_t tpu_mx_diag(tpu_builder_t* b, tpu_val_t x) {
   int r = m.rank;
   int64_t k = m.dims[r - 2] < m.dims[r - 1] ? m.dims[r - 2] : m.dims[r - 1];
   if (m.dims[r - 2] != m.dims[r - 1]) { /* the leading k x k block holds the diagonal */
-    int64_t start[TPU_MAX_RANK] = {0}, limit[TPU_MAX_RANK], stride[TPU_MAX_RANK];
-    for (int i = 0; i < r; i++) limit[i] = m.dims[i], stride[i] = 1;
-    limit[r - 2] = limit[r - 1] = k;
-    x = tpu_b_slice(b, x, start, limit, stride);
+    x = tpu_mx_block(b, x, k, k);
     m.dims[r - 2] = m.dims[r - 1] = k;
   }
   tpu_aval_t im = tpu_mx_retype(&m, TPU_I32);
@@ -159,4 +156,9 @@ tpu_val_t tpu_mx_slice(tpu_builder_t* b, tpu_val_t x, int dim, int64_t lo, int64
 tpu_val_t tpu_mx_sum(tpu_builder_t* b, tpu_val_t x, int dim) {
   int64_t d = dim;
   return tpu_b_reduce(b, x, tpu_b_const(b, tpu_b_dtype(b, x), 0), 1, &d, "stablehlo.add");
+}
+
+tpu_val_t tpu_mx_block(tpu_builder_t* b, tpu_val_t x, int64_t rows, int64_t cols) {
+  int r = tpu_b_rank(b, x);
+  return tpu_mx_slice(b, tpu_mx_slice(b, x, r - 2, 0, rows), r - 1, 0, cols);
 }

@@ -234,16 +234,6 @@ static tpu_status_t* tpu_lower_ormqr(tpu_builder_t* b, tpu_op_t* op, int max_out
   return NULL;
 }
 
-/* The leading rows x cols block of x (batch..., >=rows, >=cols). */
-static tpu_val_t tpu_qr_block(tpu_builder_t* b, tpu_val_t x, int64_t rows, int64_t cols) {
-  tpu_aval_t a = *tpu_b_aval(b, x);
-  int64_t start[TPU_MAX_RANK] = {0}, limit[TPU_MAX_RANK];
-  for (int i = 0; i < a.rank; i++) limit[i] = a.dims[i];
-  limit[a.rank - 2] = rows;
-  limit[a.rank - 1] = cols;
-  return tpu_b_slice(b, x, start, limit, NULL);
-}
-
 /* linalg_qr(A, mode="reduced") -> (Q, R) */
 static tpu_status_t* tpu_lower_linalg_qr(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
   (void)max_outs;
@@ -262,7 +252,7 @@ static tpu_status_t* tpu_lower_linalg_qr(tpu_builder_t* b, tpu_op_t* op, int max
   tpu_qr_geqrf(b, tpu_op_tensor(b, op, 0), &V, &tau);
   /* R: the upper triangle of the compact form, k rows (m when complete). */
   int64_t rrows = complete ? m : k;
-  tpu_val_t Rb = tpu_qr_block(b, V, rrows, n);
+  tpu_val_t Rb = tpu_mx_block(b, V, rrows, n);
   tpu_aval_t ra = *tpu_b_aval(b, Rb);
   outs[1] = tpu_b_select(b, tpu_mx_tri_pred(b, &ra, false), Rb, tpu_b_full(b, &ra, 0));
   if (r_only) {
