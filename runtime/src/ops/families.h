@@ -16,6 +16,8 @@ extern const tpu_lowering_t tpu_lowerings_matmul[];
 extern const tpu_lowering_t tpu_lowerings_nn[];
 /* Fractional max pooling (fractional_pool.c). */
 extern const tpu_lowering_t tpu_lowerings_fractional_pool[];
+/* nn.MultiheadAttention / TransformerEncoderLayer fast paths (nn_transformer.c). */
+extern const tpu_lowering_t tpu_lowerings_nn_transformer[];
 /* The multi-class margin losses (nn_margin.c). */
 extern const tpu_lowering_t tpu_lowerings_nn_margin[];
 extern const tpu_lowering_t tpu_lowerings_index[];
