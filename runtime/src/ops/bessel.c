@@ -329,7 +329,8 @@ static tpu_val_t bs_ai_cond(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_
 }
 
 static void bs_ai_body(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_val_t* in, tpu_val_t* out) {
-  const tpu_aval_t* a = tpu_b_aval(b, in[BS_F]);
+  tpu_aval_t av = *tpu_b_aval(b, in[BS_F]); /* a copy: the builder's avals move as it grows */
+  const tpu_aval_t* a = &av;
   /* ATen's k before this step is 1 + 3 i. */
   tpu_val_t k0 = sp_add(b, sp_mul(b, tpu_b_convert(b, k, a->dtype), tpu_b_const(b, a->dtype, 3.0)),
                         tpu_b_const(b, a->dtype, 1.0));

@@ -290,10 +290,10 @@ static tpu_status_t* tpu_lower__pdist_backward(tpu_builder_t* b, tpu_op_t* op, i
   }
   tpu_val_t i, j;
   tpu_val_t d = tpu_pdist_diff(b, tpu_op_tensor(b, op, 1), n, T, &i, &j);
-  const tpu_aval_t* da = tpu_b_aval(b, d);
+  tpu_aval_t da = *tpu_b_aval(b, d); /* a copy: the builder's avals move as it grows */
   int64_t bd0 = 0;
-  tpu_val_t g = tpu_b_broadcast_in_dim(b, tpu_b_convert(b, tpu_op_tensor(b, op, 0), x.dtype), 2, da->dims, &bd0);
-  tpu_val_t D = tpu_b_broadcast_in_dim(b, tpu_b_convert(b, tpu_op_tensor(b, op, 3), x.dtype), 2, da->dims, &bd0);
+  tpu_val_t g = tpu_b_broadcast_in_dim(b, tpu_b_convert(b, tpu_op_tensor(b, op, 0), x.dtype), 2, da.dims, &bd0);
+  tpu_val_t D = tpu_b_broadcast_in_dim(b, tpu_b_convert(b, tpu_op_tensor(b, op, 3), x.dtype), 2, da.dims, &bd0);
   tpu_val_t t = tpu_dist_grad_term(b, d, D, g, p);
   tpu_val_t acc = tpu_idx_put_along(b, zeros, 0, i, t, "stablehlo.add");
   outs[0] = tpu_idx_put_along(b, acc, 0, j, tpu_b_unary(b, "stablehlo.negate", t), "stablehlo.add");

@@ -101,7 +101,8 @@ tpu_status_t* tpu_lower_linalg_lstsq(tpu_builder_t* b, tpu_op_t* op, int max_out
   } else {
     tpu_val_t inv = tpu_ls_pinv_scale(b, f.S, rcond, &rank);
     tpu_val_t utb = tpu_mx_matmul(b, tpu_mx_mT(b, f.U), B); /* (min(m, n), k) */
-    utb = tpu_nn_mul(b, utb, tpu_mx_bcast_vec(b, inv, tpu_b_aval(b, utb), false));
+    tpu_aval_t ua = *tpu_b_aval(b, utb);
+    utb = tpu_nn_mul(b, utb, tpu_mx_bcast_vec(b, inv, &ua, false));
     X = tpu_mx_matmul(b, tpu_mx_mT(b, f.Vh), utb);
   }
   outs[1] = tpu_b_full(b, &empty, 0);

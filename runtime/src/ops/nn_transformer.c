@@ -24,9 +24,9 @@ typedef struct tpu_tf {
 static tpu_val_t tpu_tf_linear(tpu_builder_t* b, const tpu_tf_t* t, tpu_val_t x, tpu_val_t w, tpu_val_t bias) {
   int r = tpu_b_rank(b, x);
   tpu_val_t y = tpu_b_convert(b, tpu_mm_dot(b, x, w, 0, r - 1, 1), t->ct);
-  const tpu_aval_t* ya = tpu_b_aval(b, y);
+  tpu_aval_t ya = *tpu_b_aval(b, y); /* a copy: the builder's avals move as it grows */
   int64_t last = r - 1;
-  return tpu_nn_add(b, y, tpu_b_broadcast_in_dim(b, bias, ya->rank, ya->dims, &last));
+  return tpu_nn_add(b, y, tpu_b_broadcast_in_dim(b, bias, ya.rank, ya.dims, &last));
 }
 
 /* Rows [k E, (k + 1) E) of the packed projection: weight (E, E) and bias (E). */
@@ -46,8 +46,7 @@ static tpu_val_t tpu_tf_heads(tpu_builder_t* b, const tpu_tf_t* t, tpu_val_t x, 
 /* scores (B, H, L, S) with the mask applied as ATen's masked softmax takes it. */
 static tpu_val_t tpu_tf_mask(tpu_builder_t* b, const tpu_tf_t* t, tpu_val_t scores, tpu_val_t mask, int64_t type) {
   if (mask == TPU_NOVAL) return scores;
-  const tpu_aval_t* sa = tpu_b_aval(b, scores);
-  tpu_aval_t ma = *tpu_b_aval(b, mask);
+  tpu_aval_t sa = *tpu_b_aval(b, scores), ma = *tpu_b_aval(b, mask);
   int64_t map[4] = {0, 1, 2, 3};
   if (type == 1) { /* key padding (B, S) */
     map[0] = 0, map[1] = 3;
@@ -58,14 +57,15 @@ static tpu_val_t tpu_tf_mask(tpu_builder_t* b, const tpu_tf_t* t, tpu_val_t scor
     mask = tpu_b_reshape(b, mask, 3, d3);
     map[0] = 0, map[1] = 2, map[2] = 3;
   }
-  tpu_val_t m = tpu_b_broadcast_in_dim(b, mask, sa->rank, sa->dims, map);
+  tpu_val_t m = tpu_b_broadcast_in_dim(b, mask, sa.rank, sa.dims, map);
   if (ma.dtype == TPU_BOOL) return tpu_b_select(b, m, tpu_ops_like(b, scores, -INFINITY), scores);
   return tpu_nn_add(b, scores, tpu_b_convert(b, m, t->ct));
 }
 
 /* softmax over the last dim; a row with no finite score gives zeros. */
 static tpu_val_t tpu_tf_softmax(tpu_builder_t* b, tpu_val_t x) {
-  const tpu_aval_t* a = tpu_b_aval(b, x);
+  tpu_aval_t av = *tpu_b_aval(b, x);
+  const tpu_aval_t* a = &av;
   int64_t last = a->rank - 1, keep[TPU_MAX_RANK];
   for (int i = 0; i < a->rank - 1; i++) keep[i] = i;
   tpu_val_t mx = tpu_b_reduce(b, x, tpu_b_const(b, a->dtype, -INFINITY), 1, &last, "stablehlo.maximum");
@@ -147,7 +147,8 @@ static tpu_status_t* tpu_lower__native_multi_head_attention(tpu_builder_t* b, tp
 /* Layer norm over the last dim with weight (arg iw) and bias (arg ib). */
 static tpu_val_t tpu_tf_layer_norm(tpu_builder_t* b, tpu_op_t* op, const tpu_tf_t* t, tpu_val_t x, int iw, int ib,
                                    double eps) {
-  const tpu_aval_t* a = tpu_b_aval(b, x);
+  tpu_aval_t av = *tpu_b_aval(b, x);
+  const tpu_aval_t* a = &av;
   int64_t last = a->rank - 1, keep[2] = {0, 1};
   double inv = 1.0 / (double)a->dims[last];
   tpu_val_t mean = tpu_b_broadcast_in_dim(b, tpu_nn_mulc(b, tpu_nn_sum(b, x, 1, &last), inv), a->rank, a->dims, keep);

@@ -60,8 +60,8 @@ static tpu_val_t pl_degree(tpu_builder_t* b, tpu_val_t n) {
 
 /* The integer k (i64, 0-d) as a constant-dtype value shaped like `like`. */
 static tpu_val_t pl_coef(tpu_builder_t* b, tpu_val_t k, tpu_val_t like) {
-  const tpu_aval_t* a = tpu_b_aval(b, like);
-  return tpu_b_broadcast_to(b, tpu_b_convert(b, k, a->dtype), a->rank, a->dims);
+  tpu_aval_t a = *tpu_b_aval(b, like); /* a copy: converting k may move the builder's avals */
+  return tpu_b_broadcast_to(b, tpu_b_convert(b, k, a.dtype), a.rank, a.dims);
 }
 static tpu_val_t pl_i64(tpu_builder_t* b, int64_t v) { return tpu_b_const_i(b, TPU_I64, v); }
 
