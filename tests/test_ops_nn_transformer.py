@@ -39,7 +39,7 @@ def test_multihead_attention_module(masks, weights):
 
 def test_native_multi_head_attention_op():
     # the aten op itself (self-attention: ATen wants query, key and value alike), with a fully
-    # masked batch entry (zeros, not NaN, like ATen's masked softmax)
+    # masked batch entry (NaN, as on CPU)
     cpu, _ = _pair(torch.nn.MultiheadAttention, 8, 2, batch_first=True)
     mask = torch.tensor([[False, True, False], [True, True, True]])  # (B, L) key padding
     args = (Q, Q, Q, 8, 2, cpu.in_proj_weight.detach(), cpu.in_proj_bias.detach(), cpu.out_proj.weight.detach(),

@@ -9,7 +9,7 @@
  * pre- or post-norm. Masks follow ATen's masked softmax: mask_type 0 is an
  * (L, S) attention mask, 1 a (B, S) key padding mask, 2 a merged (B, H|1, L, S)
  * one; a bool mask marks what is left out, a float mask is added; a row with
- * every key left out gives zeros, not NaN. */
+ * every key left out is NaN, as on CPU. */
 #include <math.h>
 
 #include "matmul.h"
@@ -62,19 +62,15 @@ static tpu_val_t tpu_tf_mask(tpu_builder_t* b, const tpu_tf_t* t, tpu_val_t scor
   return tpu_nn_add(b, scores, tpu_b_convert(b, m, t->ct));
 }
 
-/* softmax over the last dim; a row with no finite score gives zeros. */
+/* softmax over the last dim (a row of -inf gives NaN, as ATen's). */
 static tpu_val_t tpu_tf_softmax(tpu_builder_t* b, tpu_val_t x) {
-  tpu_aval_t av = *tpu_b_aval(b, x);
-  const tpu_aval_t* a = &av;
-  int64_t last = a->rank - 1, keep[TPU_MAX_RANK];
-  for (int i = 0; i < a->rank - 1; i++) keep[i] = i;
-  tpu_val_t mx = tpu_b_reduce(b, x, tpu_b_const(b, a->dtype, -INFINITY), 1, &last, "stablehlo.maximum");
-  tpu_val_t none = tpu_b_compare(b, "EQ", mx, tpu_ops_like(b, mx, -INFINITY));
-  mx = tpu_b_select(b, none, tpu_ops_like(b, mx, 0), mx);
-  tpu_val_t e = tpu_b_unary(b, "stablehlo.exponential", tpu_nn_sub(b, x, tpu_b_broadcast_in_dim(b, mx, a->rank, a->dims, keep)));
-  tpu_val_t sum = tpu_b_reduce(b, e, tpu_b_const(b, a->dtype, 0), 1, &last, "stablehlo.add");
-  sum = tpu_b_select(b, none, tpu_ops_like(b, sum, 1), sum);
-  return tpu_nn_div(b, e, tpu_b_broadcast_in_dim(b, sum, a->rank, a->dims, keep));
+  tpu_aval_t a = *tpu_b_aval(b, x);
+  int64_t last = a.rank - 1, keep[TPU_MAX_RANK];
+  for (int i = 0; i < a.rank - 1; i++) keep[i] = i;
+  tpu_val_t mx = tpu_b_reduce(b, x, tpu_b_const(b, a.dtype, -INFINITY), 1, &last, "stablehlo.maximum");
+  tpu_val_t e = tpu_b_unary(b, "stablehlo.exponential", tpu_nn_sub(b, x, tpu_b_broadcast_in_dim(b, mx, a.rank, a.dims, keep)));
+  tpu_val_t sum = tpu_b_reduce(b, e, tpu_b_const(b, a.dtype, 0), 1, &last, "stablehlo.add");
+  return tpu_nn_div(b, e, tpu_b_broadcast_in_dim(b, sum, a.rank, a.dims, keep));
 }
 
 /* Multi-head attention of q (B, L, E) over k, v (B, S, E) in ct: the output
