@@ -151,8 +151,8 @@ def write_reports(results: dict, meta: dict, report_dir: str, columns: list[str]
     L.append("- random / uninitialised outputs (rand, normal, bernoulli, dropout, multinomial, "
              "empty, ... or `has_nondeterministic_output`): shape/dtype only")
     L.append("- forward, (values, indices) ops: indices that pick another of tied values are "
-             "accepted (values equal, input.gather(dim, indices) == values); bfloat16/float16: a "
-             "sample is accepted when tpu is no farther from the float64 result than CPU's half "
+             "accepted (values equal, input.gather(dim, indices) == values); float32/bfloat16/float16: "
+             "a sample is accepted when tpu is no farther from the float64 result than CPU's "
              "result (counts per cell in conformance.json)")
     L.append("- a sample on which CPU itself raises is skipped, not a failure; "
              "percentages are of the OpInfos that run on CPU for that dtype/mode\n")
