@@ -36,21 +36,10 @@
 
 #include "check.h"
 #include "index.h"
+#include "nn.h"
 
 #define TPU_SVD_MAX_SWEEPS 20
 
-static tpu_val_t sv_mul(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) {
-  return tpu_b_binary(b, "stablehlo.multiply", x, y);
-}
-static tpu_val_t sv_add(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) { return tpu_b_binary(b, "stablehlo.add", x, y); }
-static tpu_val_t sv_sub(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) {
-  return tpu_b_binary(b, "stablehlo.subtract", x, y);
-}
-static tpu_val_t sv_div(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) {
-  return tpu_b_binary(b, "stablehlo.divide", x, y);
-}
-/* The constant v shaped like x. */
-static tpu_val_t sv_c(tpu_builder_t* b, tpu_val_t x, double v) { return tpu_b_full(b, tpu_b_aval(b, x), v); }
 /* max over every dim of x (0-d). */
 static tpu_val_t sv_max_all(tpu_builder_t* b, tpu_val_t x) {
   int64_t d[TPU_MAX_RANK];
@@ -78,30 +67,30 @@ static tpu_val_t tpu_svd_head(tpu_builder_t* b, tpu_val_t x, int64_t m) {
 static void tpu_svd_rotation(tpu_builder_t* b, tpu_val_t T, tpu_val_t B, tpu_val_t al, tpu_val_t be, double tol,
                              tpu_val_t* c, tpu_val_t* s, tpu_val_t* t, tpu_val_t* rel) {
   int last = tpu_b_rank(b, T) - 1;
-  tpu_val_t ga = tpu_mx_sum(b, sv_mul(b, T, B), last);
-  tpu_val_t norm = sv_mul(b, tpu_b_unary(b, "stablehlo.sqrt", al), tpu_b_unary(b, "stablehlo.sqrt", be));
+  tpu_val_t ga = tpu_mx_sum(b, tpu_nn_mul(b, T, B), last);
+  tpu_val_t norm = tpu_nn_mul(b, tpu_b_unary(b, "stablehlo.sqrt", al), tpu_b_unary(b, "stablehlo.sqrt", be));
   tpu_val_t aga = tpu_b_unary(b, "stablehlo.abs", ga);
-  tpu_val_t rot = tpu_b_compare(b, "GT", aga, sv_mul(b, sv_c(b, norm, tol), norm));
-  tpu_val_t pos = tpu_b_compare(b, "GT", norm, sv_c(b, norm, 0));
-  *rel = tpu_b_select(b, pos, sv_div(b, aga, tpu_b_select(b, pos, norm, sv_c(b, norm, 1))), sv_c(b, norm, 0));
+  tpu_val_t rot = tpu_b_compare(b, "GT", aga, tpu_nn_mul(b, tpu_ops_like(b, norm, tol), norm));
+  tpu_val_t pos = tpu_b_compare(b, "GT", norm, tpu_ops_like(b, norm, 0));
+  *rel = tpu_b_select(b, pos, tpu_nn_div(b, aga, tpu_b_select(b, pos, norm, tpu_ops_like(b, norm, 1))), tpu_ops_like(b, norm, 0));
   /* Unrotated pairs may divide by g = 0 here; select drops those lanes. */
-  tpu_val_t zeta = sv_div(b, sv_sub(b, be, al), sv_mul(b, sv_c(b, ga, 2), ga));
-  tpu_val_t root = tpu_b_unary(b, "stablehlo.sqrt", sv_add(b, sv_c(b, zeta, 1), sv_mul(b, zeta, zeta)));
-  tpu_val_t tt = sv_div(b, tpu_b_unary(b, "stablehlo.sign", zeta),
-                        sv_add(b, tpu_b_unary(b, "stablehlo.abs", zeta), root));
-  tt = tpu_b_select(b, tpu_b_compare(b, "EQ", zeta, sv_c(b, zeta, 0)), sv_c(b, tt, 1), tt);
-  tpu_val_t cc = tpu_b_unary(b, "stablehlo.rsqrt", sv_add(b, sv_c(b, tt, 1), sv_mul(b, tt, tt)));
-  *c = tpu_b_select(b, rot, cc, sv_c(b, cc, 1));
-  *s = tpu_b_select(b, rot, sv_mul(b, cc, tt), sv_c(b, cc, 0));
-  *t = sv_mul(b, tpu_b_select(b, rot, tt, sv_c(b, tt, 0)), ga); /* t g: the norms' change */
+  tpu_val_t zeta = tpu_nn_div(b, tpu_nn_sub(b, be, al), tpu_nn_mul(b, tpu_ops_like(b, ga, 2), ga));
+  tpu_val_t root = tpu_b_unary(b, "stablehlo.sqrt", tpu_nn_add(b, tpu_ops_like(b, zeta, 1), tpu_nn_mul(b, zeta, zeta)));
+  tpu_val_t tt = tpu_nn_div(b, tpu_b_unary(b, "stablehlo.sign", zeta),
+                        tpu_nn_add(b, tpu_b_unary(b, "stablehlo.abs", zeta), root));
+  tt = tpu_b_select(b, tpu_b_compare(b, "EQ", zeta, tpu_ops_like(b, zeta, 0)), tpu_ops_like(b, tt, 1), tt);
+  tpu_val_t cc = tpu_b_unary(b, "stablehlo.rsqrt", tpu_nn_add(b, tpu_ops_like(b, tt, 1), tpu_nn_mul(b, tt, tt)));
+  *c = tpu_b_select(b, rot, cc, tpu_ops_like(b, cc, 1));
+  *s = tpu_b_select(b, rot, tpu_nn_mul(b, cc, tt), tpu_ops_like(b, cc, 0));
+  *t = tpu_nn_mul(b, tpu_b_select(b, rot, tt, tpu_ops_like(b, tt, 0)), ga); /* t g: the norms' change */
 }
 
 /* (T, B) <- (c T - s B, s T + c B), row i by (c[i], s[i]). */
 static void tpu_svd_rotate(tpu_builder_t* b, tpu_val_t c, tpu_val_t s, tpu_val_t* T, tpu_val_t* B) {
   tpu_aval_t a = *tpu_b_aval(b, *T);
   tpu_val_t cm = tpu_mx_bcast_vec(b, c, &a, false), sm = tpu_mx_bcast_vec(b, s, &a, false);
-  tpu_val_t t2 = sv_sub(b, sv_mul(b, cm, *T), sv_mul(b, sm, *B));
-  *B = sv_add(b, sv_mul(b, sm, *T), sv_mul(b, cm, *B));
+  tpu_val_t t2 = tpu_nn_sub(b, tpu_nn_mul(b, cm, *T), tpu_nn_mul(b, sm, *B));
+  *B = tpu_nn_add(b, tpu_nn_mul(b, sm, *T), tpu_nn_mul(b, cm, *B));
   *T = t2;
 }
 
@@ -136,8 +125,8 @@ static void tpu_svd_step(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_val
   out[1] = in[1];
   tpu_svd_rotate(b, c, s, &out[0], &out[1]);
   tpu_svd_next_pairs(b, &out[0], &out[1]);
-  out[3] = tpu_b_binary(b, "stablehlo.maximum", sv_sub(b, in[3], tg), sv_c(b, tg, 0));
-  out[4] = sv_add(b, in[4], tg);
+  out[3] = tpu_b_binary(b, "stablehlo.maximum", tpu_nn_sub(b, in[3], tg), tpu_ops_like(b, tg, 0));
+  out[4] = tpu_nn_add(b, in[4], tg);
   tpu_svd_move(b, &out[3], &out[4], tpu_b_rank(b, out[3]) - 1);
 }
 
@@ -147,8 +136,8 @@ static void tpu_svd_sweep(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_va
   const tpu_svd_ctx_t* cx = ctx;
   int last = tpu_b_rank(b, in[0]) - 1;
   tpu_val_t t = tpu_svd_head(b, in[0], cx->m), u = tpu_svd_head(b, in[1], cx->m);
-  tpu_val_t init[5] = {in[0], in[1], tpu_b_const(b, tpu_b_dtype(b, in[2]), 0), tpu_mx_sum(b, sv_mul(b, t, t), last),
-                       tpu_mx_sum(b, sv_mul(b, u, u), last)};
+  tpu_val_t init[5] = {in[0], in[1], tpu_b_const(b, tpu_b_dtype(b, in[2]), 0), tpu_mx_sum(b, tpu_nn_mul(b, t, t), last),
+                       tpu_mx_sum(b, tpu_nn_mul(b, u, u), last)};
   const tpu_aval_t* a = tpu_b_aval(b, in[0]);
   tpu_val_t res[5];
   tpu_mx_for(b, 2 * a->dims[a->rank - 2] - 1, 5, init, tpu_svd_step, ctx, res);
@@ -211,15 +200,15 @@ static void tpu_svd_complete_row(tpu_builder_t* b, void* ctx, tpu_val_t k, const
   tpu_val_t Q = in[0], bad = in[1];
   tpu_aval_t qa = *tpu_b_aval(b, Q);
   int r = qa.rank;
-  tpu_val_t cover = tpu_mx_sum(b, sv_mul(b, Q, Q), r - 2);
+  tpu_val_t cover = tpu_mx_sum(b, tpu_nn_mul(b, Q, Q), r - 2);
   tpu_val_t i;
   tpu_b_argreduce(b, cover, r - 2, false, NULL, &i);
   tpu_aval_t va = *tpu_b_aval(b, cover), iva = tpu_mx_retype(&va, TPU_I64);
   tpu_val_t e = tpu_b_convert(b, tpu_b_compare(b, "EQ", tpu_b_iota(b, &iva, r - 2), tpu_mx_bcast_batch(b, i, &iva)),
                               qa.dtype);
-  tpu_val_t v = sv_sub(b, e, tpu_svd_project(b, Q, e));
-  v = sv_sub(b, v, tpu_svd_project(b, Q, v)); /* twice is enough (Kahan-Parlett) */
-  v = sv_mul(b, v, tpu_mx_bcast_batch(b, tpu_b_unary(b, "stablehlo.rsqrt", tpu_mx_sum(b, sv_mul(b, v, v), r - 2)),
+  tpu_val_t v = tpu_nn_sub(b, e, tpu_svd_project(b, Q, e));
+  v = tpu_nn_sub(b, v, tpu_svd_project(b, Q, v)); /* twice is enough (Kahan-Parlett) */
+  v = tpu_nn_mul(b, v, tpu_mx_bcast_batch(b, tpu_b_unary(b, "stablehlo.rsqrt", tpu_mx_sum(b, tpu_nn_mul(b, v, v), r - 2)),
                                       &va));
   tpu_aval_t ia = tpu_mx_retype(&qa, TPU_I32);
   tpu_val_t at_k = tpu_b_compare(b, "EQ", tpu_b_iota(b, &ia, r - 2), tpu_b_broadcast_in_dim(b, k, r, qa.dims, NULL));
@@ -274,14 +263,14 @@ static tpu_svd_t tpu_svd_tall(tpu_builder_t* b, tpu_val_t A, bool with_uv, bool 
                               "stablehlo.maximum");
   tpu_val_t scale = tpu_b_select(b, tpu_b_compare(b, "GT", mx, tpu_b_full(b, &ba, 0)), mx, tpu_b_full(b, &ba, 1));
   tpu_val_t W, Vr = TPU_NOVAL;
-  tpu_svd_jacobi(b, sv_div(b, A, tpu_mx_bcast_batch(b, scale, &a)), with_uv, &W, &Vr);
-  tpu_val_t S = tpu_b_unary(b, "stablehlo.sqrt", tpu_mx_sum(b, sv_mul(b, W, W), r - 1));
+  tpu_svd_jacobi(b, tpu_nn_div(b, A, tpu_mx_bcast_batch(b, scale, &a)), with_uv, &W, &Vr);
+  tpu_val_t S = tpu_b_unary(b, "stablehlo.sqrt", tpu_mx_sum(b, tpu_nn_mul(b, W, W), r - 1));
   tpu_val_t Ss, idx;
   /* stable: the padding column (last, S = 0) stays behind any other zero */
   tpu_idx_sort(b, S, r - 2, true, &Ss, &idx);
   tpu_val_t S1 = tpu_mx_slice(b, Ss, r - 2, 0, n);
   tpu_aval_t va = *tpu_b_aval(b, S1);
-  f.S = sv_mul(b, S1, tpu_mx_bcast_batch(b, scale, &va));
+  f.S = tpu_nn_mul(b, S1, tpu_mx_bcast_batch(b, scale, &va));
   if (!with_uv || !tpu_b_ok(b)) return f;
   tpu_val_t Vs = tpu_svd_permute_rows(b, idx, Vr);
   f.Vh = tpu_mx_slice(b, tpu_mx_slice(b, Vs, r - 2, 0, n), r - 1, 0, n);
@@ -289,11 +278,11 @@ static tpu_svd_t tpu_svd_tall(tpu_builder_t* b, tpu_val_t A, bool with_uv, bool 
   /* rows with S <= eps^2 S_max (exact zeros: rank deficiency) are rebuilt */
   tpu_val_t smax = tpu_mx_take(b, S1, r - 2, tpu_b_const_i(b, TPU_I32, 0));
   double e2 = tpu_svd_eps(a.dtype) * tpu_svd_eps(a.dtype);
-  tpu_val_t bad = tpu_b_compare(b, "LE", S1, sv_mul(b, tpu_mx_bcast_batch(b, smax, &va), tpu_b_full(b, &va, e2)));
+  tpu_val_t bad = tpu_b_compare(b, "LE", S1, tpu_nn_mul(b, tpu_mx_bcast_batch(b, smax, &va), tpu_b_full(b, &va, e2)));
   tpu_val_t den = tpu_b_select(b, bad, tpu_b_full(b, &va, 1), S1);
   tpu_aval_t wa = *tpu_b_aval(b, Ws), pa = tpu_mx_retype(&wa, TPU_BOOL);
   tpu_val_t Q = tpu_b_select(b, tpu_mx_bcast_vec(b, bad, &pa, false),
-                             tpu_b_full(b, &wa, 0), sv_div(b, Ws, tpu_mx_bcast_vec(b, den, &wa, false)));
+                             tpu_b_full(b, &wa, 0), tpu_nn_div(b, Ws, tpu_mx_bcast_vec(b, den, &wa, false)));
   if (full && m > n) { /* the complement: m - n more rows, all to be built */
     int64_t lo[TPU_MAX_RANK] = {0}, hi[TPU_MAX_RANK] = {0};
     hi[r - 2] = m - n;
