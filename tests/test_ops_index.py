@@ -268,6 +268,36 @@ def test_dynamic_shapes(dtype):
     assert "tpu" in repr(x.to("tpu"))  # printing uses masked_select
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool])
+def test_unique_over_a_dim(dtype):
+    # few distinct values, so slices repeat: sorted lexicographically like the CPU kernel
+    x = torch.randint(0, 2, (4, 5, 3)).to(dtype)
+    x[2] = x[0]
+    x[:, 4] = x[:, 1]
+    for dim in (0, 1, -1):
+        check(lambda x: torch.unique(x, dim=dim, return_inverse=True, return_counts=True), x)
+        check(lambda x: torch.unique_consecutive(x, dim=dim, return_inverse=True, return_counts=True), x)
+        check(lambda x: torch.unique(x, dim=dim), x)
+        check(lambda x: torch.ops.aten.unique_dim_consecutive(x, dim, False, True), x)
+    check(lambda x: torch.unique(x.transpose(0, 2), dim=1, return_counts=True), x)  # non-contiguous
+    check(lambda x: torch.unique(x[:, :1, :1], dim=0, return_inverse=True), x)  # one column
+    check(lambda x: torch.unique_consecutive(x[:, 1], dim=0, return_inverse=True, return_counts=True), x)
+
+
+def test_unique_over_a_dim_edges():
+    check(lambda x: torch.unique(x, dim=0, return_inverse=True, return_counts=True), torch.empty(0, 3))
+    check(lambda x: torch.unique(x, dim=1, return_inverse=True, return_counts=True), torch.empty(2, 0, 3))
+    check(lambda x: torch.unique(x, dim=0, return_inverse=True, return_counts=True), torch.tensor([[2.0, 1.0]] * 3))
+    # NaN slices never compare equal (CPU keeps each)
+    check(lambda x: torch.unique(x, dim=0, return_counts=True), torch.tensor([[2.0, float("nan")]] * 2))
+    with pytest.raises(RuntimeError, match="0 sized dimensions, and they aren't selected"):
+        torch.unique(torch.empty(0, 3, device="tpu"), dim=1)
+    with pytest.raises(IndexError, match="Dimension out of range"):
+        torch.unique(torch.zeros(2, 3, device="tpu"), dim=2)
+    import torchtpu
+    assert torchtpu._C.op_supported("unique_dim") and torchtpu._C.op_supported("unique_dim_consecutive")
+
+
 def test_nonzero_static():
     x = torch.tensor([[0, 1], [2, 0], [3, 4]])
     check(lambda x: torch.nonzero_static(x, size=5), x)

@@ -136,7 +136,8 @@ tpu_status_t* tpu_exec_run_program(const char* name, tpu_lower_fn_t fn, const tp
                                    tpu_buffer_t** out_buffers, int* out_nouts);
 
 /* Wraps output buffers (all consumed, also on error) as result storages on
- * `device`; a TPU_LOWER_DYNAMIC_SHAPE op's dim-0 sizes are trimmed to `lengths`. */
+ * `device`; a TPU_LOWER_DYNAMIC_SHAPE op's results are trimmed by `lengths`
+ * (i64[2n]: sizes, then the dim each one sizes). */
 tpu_status_t* tpu_op_results(int device, unsigned flags, tpu_buffer_t** bufs, int n, const int64_t* lengths,
                              tpu_result_t* out_results);
 

@@ -44,15 +44,17 @@ tpu_tensor_t tpu_tensor_dense(tpu_storage_t* s, tpu_dtype_t dtype, int rank, con
 
 /* ------------------------------------------------------------------- ops */
 
-/* Reads and drops the trailing lengths vector of a dynamic-shape op. */
+/* Reads and drops the trailing lengths vector of a dynamic-shape op: i64[2n],
+ * result i's true size in entry i and the dim it sizes in entry n + i
+ * (ops/index.h, tpu_idx_lengths). */
 static tpu_status_t* tpu_read_lengths(const char* name, tpu_buffer_t** bufs, int* n, int64_t* lengths) {
   if (*n < 1) return TPU_STATUS(TPU_INTERNAL, "%s: dynamic-shape op without its lengths", name);
   tpu_buffer_t* lb = bufs[--*n];
   const tpu_aval_t* a = tpu_buffer_aval(lb);
   tpu_status_t* st = NULL;
-  if (a->dtype != TPU_I64 || a->rank != 1 || a->dims[0] != *n)
-    st = TPU_STATUS(TPU_INTERNAL, "%s: lengths must be i64[%d]", name, *n);
-  if (!st) st = tpu_buffer_to_host(lb, lengths, sizeof(int64_t) * (size_t)*n);
+  if (a->dtype != TPU_I64 || a->rank != 1 || a->dims[0] != 2 * (int64_t)*n)
+    st = TPU_STATUS(TPU_INTERNAL, "%s: lengths must be i64[%d]", name, 2 * *n);
+  if (!st) st = tpu_buffer_to_host(lb, lengths, sizeof(int64_t) * 2 * (size_t)*n);
   tpu_buffer_release(lb);
   if (st) {
     for (int i = 0; i < *n; ++i) tpu_buffer_release(bufs[i]);
@@ -61,8 +63,9 @@ static tpu_status_t* tpu_read_lengths(const char* name, tpu_buffer_t** bufs, int
   return st;
 }
 
-/* Wraps the op's output buffers (all consumed) as results; trims the sizes of a
- * dynamic-shape op by its lengths. */
+/* Wraps the op's output buffers (all consumed) as results; trims one dim of each
+ * result of a dynamic-shape op by its lengths (entry i: the size, -1 = keep;
+ * entry n + i: the dim). */
 tpu_status_t* tpu_op_results(int device, unsigned flags, tpu_buffer_t** bufs, int n, const int64_t* lengths,
                              tpu_result_t* out_results) {
   tpu_status_t* st = NULL;
@@ -76,8 +79,8 @@ tpu_status_t* tpu_op_results(int device, unsigned flags, tpu_buffer_t** bufs, in
       r->dtype = a->dtype;
       r->rank = a->rank;
       memcpy(r->sizes, a->dims, sizeof(int64_t) * (size_t)a->rank);
-      if ((flags & TPU_LOWER_DYNAMIC_SHAPE) && a->rank > 0 && lengths[i] >= 0 && lengths[i] <= a->dims[0])
-        r->sizes[0] = lengths[i];
+      int64_t d = (flags & TPU_LOWER_DYNAMIC_SHAPE) ? lengths[n + i] : -1;
+      if (d >= 0 && d < a->rank && lengths[i] >= 0 && lengths[i] <= a->dims[d]) r->sizes[d] = lengths[i];
     }
     tpu_buffer_release(bufs[i]);
   }
@@ -120,10 +123,10 @@ tpu_status_t* tpu_op_run(const char* name, const char* overload, int device, con
   if (flags & TPU_LOWER_DYNAMIC_SHAPE) cap++; /* room for the lengths vector */
   /* Sized by the caller's bound: no fixed cap on the number of results. */
   tpu_buffer_t* small_bufs[TPU_SMALL_RESULTS];
-  int64_t small_lengths[TPU_SMALL_RESULTS];
+  int64_t small_lengths[2 * TPU_SMALL_RESULTS];
   bool small = cap <= TPU_SMALL_RESULTS;
   tpu_buffer_t** bufs = small ? small_bufs : calloc((size_t)cap, sizeof(*bufs));
-  int64_t* lengths = small ? small_lengths : calloc((size_t)cap, sizeof(*lengths));
+  int64_t* lengths = small ? small_lengths : calloc(2 * (size_t)cap, sizeof(*lengths));
   int n = 0;
   tpu_status_t* st = bufs && lengths ? NULL : TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "out of host memory");
   tpu_arg_t* own_args = NULL;

@@ -21,6 +21,8 @@ extern const tpu_lowering_t tpu_lowerings_nn_transformer[];
 /* The multi-class margin losses (nn_margin.c). */
 extern const tpu_lowering_t tpu_lowerings_nn_margin[];
 extern const tpu_lowering_t tpu_lowerings_index[];
+/* torch.unique / unique_consecutive, flat and over a dim (unique.c). */
+extern const tpu_lowering_t tpu_lowerings_unique[];
 /* EmbeddingBag (embedding_bag.c). */
 extern const tpu_lowering_t tpu_lowerings_embedding_bag[];
 extern const tpu_lowering_t tpu_lowerings_shape[];

@@ -8,9 +8,9 @@
  * per op. The gather/scatter itself still clamps / drops such indices, so the
  * program never reads or writes out of bounds.
  *
- * Data-dependent shapes (nonzero, masked_select, unique*) follow
- * TPU_LOWER_DYNAMIC_SHAPE: results padded to their largest size, then an i64
- * vector of true dim-0 lengths that the runtime reads at a sync point. */
+ * Data-dependent shapes (nonzero, masked_select; unique* in unique.c) follow
+ * TPU_LOWER_DYNAMIC_SHAPE: results padded to their largest size, then the
+ * lengths vector (index.h) that the runtime reads at a sync point. */
 #include "index.h"
 
 #include <math.h>
@@ -795,9 +795,7 @@ static tpu_status_t* tpu_lower_masked_scatter(tpu_builder_t* b, tpu_op_t* op, in
   return tpu_idx_one(tpu_b_reshape(b, r, in.rank, in.dims), outs, nouts);
 }
 
-/* Flat positions of the true elements first (in order), then the others: a
- * stable sort on !mask. Returns i64 [n] and the count (0-d i64). */
-static tpu_val_t tpu_idx_compact(tpu_builder_t* b, tpu_val_t flat_mask, tpu_val_t* count) {
+tpu_val_t tpu_idx_compact(tpu_builder_t* b, tpu_val_t flat_mask, tpu_val_t* count) {
   tpu_val_t key = tpu_b_convert(b, tpu_b_unary(b, "stablehlo.not", flat_mask), TPU_I32);
   tpu_val_t sorted, order;
   tpu_idx_sort(b, key, 0, false, &sorted, &order);
@@ -823,13 +821,16 @@ static tpu_val_t tpu_idx_unravel(tpu_builder_t* b, tpu_val_t flat, const tpu_ava
   return tpu_b_concat(b, shape->rank, parts, 1);
 }
 
-/* The trailing lengths vector of a dynamic-shape op (TPU_LOWER_DYNAMIC_SHAPE):
- * i64[n], entry i the true dim-0 length of result i (a 0-d i64 value) or -1. */
-static tpu_val_t tpu_idx_lengths(tpu_builder_t* b, int n, const tpu_val_t* lens) {
-  tpu_val_t parts[8];
+tpu_val_t tpu_idx_lengths(tpu_builder_t* b, int n, const tpu_val_t* lens, const int* dims) {
   int64_t one = 1;
-  for (int i = 0; i < n; ++i) parts[i] = tpu_b_reshape(b, tpu_b_convert(b, lens[i], TPU_I64), 1, &one);
-  return tpu_b_concat(b, n, parts, 0);
+  tpu_val_t acc = TPU_NOVAL;
+  for (int i = 0; i < 2 * n; ++i) {
+    tpu_val_t e = i < n ? tpu_b_convert(b, lens[i], TPU_I64) : tpu_idx_c64(b, dims ? dims[i - n] : 0);
+    e = tpu_b_reshape(b, e, 1, &one);
+    tpu_val_t pair[2] = {acc, e};
+    acc = i == 0 ? e : tpu_b_concat(b, 2, pair, 0);
+  }
+  return acc;
 }
 
 /* nonzero(self) -> [count, rank] i64: computed padded to [numel, rank] (rows
@@ -845,11 +846,11 @@ static tpu_status_t* tpu_lower_nonzero(tpu_builder_t* b, tpu_op_t* op, int max_o
     /* 0-d: one row of zero columns; count is 1 when the value is nonzero. */
     tpu_val_t nz = tpu_b_convert(b, tpu_b_convert(b, tpu_op_tensor(b, op, 0), TPU_BOOL), TPU_I64);
     count = n == 0 ? tpu_idx_c64(b, 0) : tpu_b_reshape(b, nz, 0, NULL);
-    return tpu_idx_two(tpu_b_full(b, &oa, 0.0), tpu_idx_lengths(b, 1, &count), outs, nouts);
+    return tpu_idx_two(tpu_b_full(b, &oa, 0.0), tpu_idx_lengths(b, 1, &count, NULL), outs, nouts);
   }
   tpu_val_t fm = tpu_b_reshape(b, tpu_b_convert(b, tpu_op_tensor(b, op, 0), TPU_BOOL), 1, &n);
   tpu_val_t order = tpu_idx_compact(b, fm, &count);
-  return tpu_idx_two(tpu_idx_unravel(b, order, &in), tpu_idx_lengths(b, 1, &count), outs, nouts);
+  return tpu_idx_two(tpu_idx_unravel(b, order, &in), tpu_idx_lengths(b, 1, &count, NULL), outs, nouts);
 }
 
 /* nonzero_static(self, size, fill_value): static shape [size, rank]. */
@@ -897,98 +898,11 @@ static tpu_status_t* tpu_lower_masked_select(tpu_builder_t* b, tpu_op_t* op, int
   int64_t n = tpu_aval_numel(&shape);
   tpu_aval_t oa = tpu_aval_make(t, 1, &n);
   tpu_val_t count = tpu_idx_c64(b, 0);
-  if (n == 0) return tpu_idx_two(tpu_b_full(b, &oa, 0.0), tpu_idx_lengths(b, 1, &count), outs, nouts);
+  if (n == 0) return tpu_idx_two(tpu_b_full(b, &oa, 0.0), tpu_idx_lengths(b, 1, &count, NULL), outs, nouts);
   tpu_val_t x = tpu_b_reshape(b, tpu_ops_bcast(b, tpu_op_tensor(b, op, 0), &shape), 1, &n);
   tpu_val_t fm = tpu_b_reshape(b, tpu_ops_bcast(b, tpu_op_tensor(b, op, 1), &shape), 1, &n);
   tpu_val_t order = tpu_idx_compact(b, fm, &count);
-  return tpu_idx_two(tpu_idx_select(b, x, 0, order), tpu_idx_lengths(b, 1, &count), outs, nouts);
-}
-
-/* unique over the flattened input, from values v [n] (sorted for unique,
- * original order for unique_consecutive) and their source positions `pos`:
- * a new group starts where v differs from its predecessor (NaNs never equal,
- * as PyTorch's CPU kernel). Results padded to n: (values, inverse [self shape],
- * counts), then the lengths {U, -1 | 0, U | 0}. */
-static tpu_status_t* tpu_idx_unique_groups(tpu_builder_t* b, tpu_op_t* op, tpu_val_t v, tpu_val_t pos,
-                                           bool want_inverse, bool want_counts, int nres, tpu_val_t* outs,
-                                           int* nouts) {
-  tpu_aval_t in = tpu_op_aval(op, 0);
-  int64_t n = tpu_aval_numel(&in);
-  tpu_aval_t ia = tpu_aval_make(TPU_I64, 1, &n);
-  int64_t one = 1, zero_start = 0, lim = n - 1;
-  /* first[i]: v[i] != v[i-1] (i > 0), first[0] = true */
-  tpu_val_t prev = tpu_b_slice(b, v, &zero_start, &lim, NULL);
-  tpu_val_t cur = tpu_b_slice(b, v, &one, &n, NULL);
-  tpu_val_t diff = tpu_b_compare(b, "NE", cur, prev);
-  tpu_val_t head[2] = {tpu_b_reshape(b, tpu_b_const_i(b, TPU_BOOL, 1), 1, &one), diff};
-  tpu_val_t first = tpu_b_concat(b, 2, head, 0);
-  tpu_val_t group = tpu_idx_cumsum(b, tpu_b_convert(b, first, TPU_I64), 0);
-  group = tpu_b_binary(b, "stablehlo.subtract", group, tpu_b_full(b, &ia, 1.0));
-  int64_t d0 = 0;
-  tpu_val_t count = tpu_b_reduce(b, tpu_b_convert(b, first, TPU_I64), tpu_idx_c64(b, 0), 1, &d0, "stablehlo.add");
-  tpu_aval_t va = tpu_aval_make(in.dtype, 1, &n);
-  tpu_val_t values = tpu_idx_put_along(b, tpu_b_full(b, &va, 0.0), 0, group, v, NULL);
-  tpu_val_t inverse = tpu_b_full(b, &ia, 0.0), counts = tpu_b_full(b, &ia, 0.0);
-  if (want_inverse) {
-    inverse = tpu_idx_put_along(b, inverse, 0, pos, group, NULL);
-    inverse = tpu_b_reshape(b, inverse, in.rank, in.dims);
-  }
-  if (want_counts) counts = tpu_idx_put_along(b, counts, 0, group, tpu_b_full(b, &ia, 1.0), "stablehlo.add");
-  tpu_val_t zero = tpu_idx_c64(b, 0), keep = tpu_idx_c64(b, -1);
-  tpu_val_t lens[3] = {count, want_inverse ? keep : zero, want_counts ? count : zero};
-  outs[0] = values;
-  outs[1] = inverse;
-  outs[2] = counts;
-  outs[nres] = tpu_idx_lengths(b, nres, lens);
-  *nouts = nres + 1;
-  return NULL;
-}
-
-/* Empty input: empty results (inverse keeps self's shape). */
-static tpu_status_t* tpu_idx_unique_empty(tpu_builder_t* b, tpu_op_t* op, int nres, tpu_val_t* outs, int* nouts) {
-  tpu_aval_t in = tpu_op_aval(op, 0);
-  int64_t z = 0;
-  tpu_aval_t va = tpu_aval_make(in.dtype, 1, &z), ia = tpu_aval_make(TPU_I64, 1, &z);
-  tpu_aval_t inv = tpu_idx_aval_with(&in, TPU_I64);
-  outs[0] = tpu_b_full(b, &va, 0.0);
-  outs[1] = tpu_b_full(b, &inv, 0.0);
-  outs[2] = tpu_b_full(b, &ia, 0.0);
-  tpu_val_t lens[3] = {tpu_idx_c64(b, -1), tpu_idx_c64(b, -1), tpu_idx_c64(b, -1)};
-  outs[nres] = tpu_idx_lengths(b, nres, lens);
-  *nouts = nres + 1;
-  return NULL;
-}
-
-/* _unique2(self, sorted, return_inverse, return_counts) and _unique(self,
- * sorted, return_inverse): always sorted (a valid order for sorted=False). */
-static tpu_status_t* tpu_lower_unique(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
-  (void)max_outs;
-  bool two = strcmp(tpu_op_name(op), "_unique2") == 0;
-  int nres = two ? 3 : 2;
-  tpu_aval_t in = tpu_op_aval(op, 0);
-  int64_t n = tpu_aval_numel(&in);
-  if (n == 0) return tpu_idx_unique_empty(b, op, nres, outs, nouts);
-  tpu_val_t v, pos;
-  tpu_idx_sort(b, tpu_b_reshape(b, tpu_op_tensor(b, op, 0), 1, &n), 0, false, &v, &pos);
-  return tpu_idx_unique_groups(b, op, v, pos, tpu_op_bool(op, 2, false), two && tpu_op_bool(op, 3, false), nres,
-                               outs, nouts);
-}
-
-/* unique_consecutive(self, return_inverse, return_counts, dim=None) */
-static tpu_status_t* tpu_lower_unique_consecutive(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs,
-                                                  int* nouts) {
-  (void)max_outs;
-  if (tpu_op_kind(op, 3) == TPU_ARG_INT) {
-    TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "unique_consecutive with dim is not supported on tpu");
-    return NULL;
-  }
-  tpu_aval_t in = tpu_op_aval(op, 0);
-  int64_t n = tpu_aval_numel(&in);
-  if (n == 0) return tpu_idx_unique_empty(b, op, 3, outs, nouts);
-  tpu_aval_t ia = tpu_aval_make(TPU_I64, 1, &n);
-  tpu_val_t v = tpu_b_reshape(b, tpu_op_tensor(b, op, 0), 1, &n);
-  return tpu_idx_unique_groups(b, op, v, tpu_b_iota(b, &ia, 0), tpu_op_bool(op, 1, false), tpu_op_bool(op, 2, false),
-                               3, outs, nouts);
+  return tpu_idx_two(tpu_idx_select(b, x, 0, order), tpu_idx_lengths(b, 1, &count, NULL), outs, nouts);
 }
 
 /* ====================================================== advanced indexing */
@@ -1669,9 +1583,6 @@ const tpu_lowering_t tpu_lowerings_index[] = {
     {"nonzero", tpu_lower_nonzero},
     {"nonzero_static", tpu_lower_nonzero_static},
     {"masked_select", tpu_lower_masked_select},
-    {"_unique", tpu_lower_unique},
-    {"_unique2", tpu_lower_unique},
-    {"unique_consecutive", tpu_lower_unique_consecutive},
     {"sort", tpu_lower_sort},
     {"topk", tpu_lower_topk},
     {"kthvalue", tpu_lower_kthvalue},

@@ -31,6 +31,15 @@ tpu_val_t tpu_idx_cumsum(tpu_builder_t* b, tpu_val_t x, int dim);
 /* Stable sort along dim, NaN largest (PyTorch's order); indices i64. */
 void tpu_idx_sort(tpu_builder_t* b, tpu_val_t x, int dim, bool descending, tpu_val_t* values,
                   tpu_val_t* indices);
+/* Flat positions of the true elements of a 1-D bool mask first (in order),
+ * then the others: a stable sort on !mask. Returns i64 [n]; *count (0-d i64). */
+tpu_val_t tpu_idx_compact(tpu_builder_t* b, tpu_val_t flat_mask, tpu_val_t* count);
+/* The trailing lengths vector of a dynamic-shape op (TPU_LOWER_DYNAMIC_SHAPE),
+ * i64[2n]: result i's true size along dim dims[i] (dim 0 when dims is NULL) is
+ * lens[i] (a 0-d integer value), or -1 to keep its static size. The runtime
+ * shrinks that dim of the result's sizes, so the buffer must hold the trimmed
+ * tensor contiguously at its start. */
+tpu_val_t tpu_idx_lengths(tpu_builder_t* b, int n, const tpu_val_t* lens, const int* dims);
 /* A 1-D constant from host data (exact bits): dtype i64, i32, f32 or f64. */
 tpu_val_t tpu_idx_const_vec(tpu_builder_t* b, tpu_dtype_t dtype, int64_t n, const void* data);
 
