@@ -6,7 +6,7 @@ the modules (float32 tolerances)."""
 import pytest
 import torch
 
-from tpu_testing import assert_same, check
+from tpu_testing import assert_same, check, check_grad, check_like_cpu
 
 G = torch.Generator().manual_seed(0)
 Q, K = torch.randn(2, 3, 8, generator=G), torch.randn(2, 5, 8, generator=G)
@@ -65,3 +65,54 @@ def test_transformer_encoder_stack():
     x = torch.randn(2, 4, 8, generator=G)
     with torch.no_grad():
         assert_same(tpu(x.to("tpu")), cpu(x))
+
+
+# ------------------------------------------- _masked_softmax and friends
+
+X4 = torch.randn(2, 3, 4, 4, generator=G)
+MASKS = {  # (mask, mask_type): a merged mask, an (L, L) attention mask, a (B, L) padding mask
+    "merged": (torch.rand(2, 3, 4, 4, generator=G) > 0.6, 2),
+    "attn": (torch.triu(torch.ones(4, 4, dtype=torch.bool), diagonal=1), 0),
+    "padding": (torch.tensor([[False, True, False, True], [True, True, True, True]]), 1),
+}
+
+
+@pytest.mark.parametrize("kind", list(MASKS))
+@pytest.mark.parametrize("dim", [3, 2, -1])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_masked_softmax(kind, dim, dtype):
+    # a fully masked slice is NaN on both (the padding mask's second row masks every key)
+    mask, mask_type = MASKS[kind]
+    check(lambda x, m: torch._masked_softmax(x, m, dim, mask_type), X4.to(dtype), mask)
+    if kind == "merged":
+        check(lambda x, m: torch._masked_softmax(x, m), X4.to(dtype), mask)  # dim and type absent
+        # non-contiguous: CPU's kernel writes a contiguous result into a transposed
+        # empty_like (a PyTorch bug), so the reference is the contiguous input's
+        xt, mt = X4.to(dtype).transpose(1, 2), mask.transpose(1, 2)
+        assert_same(torch._masked_softmax(xt.to("tpu"), mt.to("tpu"), dim),
+                    torch._masked_softmax(xt.contiguous(), mt.contiguous(), dim))
+
+
+def test_masked_softmax_backward_and_shapes():
+    mask = MASKS["merged"][0]
+    check_grad(lambda x: torch._masked_softmax(x, mask.to(x.device), 3, 2), X4)
+    check_grad(lambda x: torch._masked_softmax(x, mask.to(x.device)[:, 0], 1), X4[:, 0])
+    g, y = torch.randn(2, 3, 4, 4, generator=G), torch._masked_softmax(X4, mask, 2, 2)
+    check(lambda g, y, m: torch.ops.aten._masked_softmax_backward(g, y, m, 2), g, y, mask)
+    check(lambda x, m: torch._masked_softmax(x, m), torch.tensor(1.5), torch.tensor(False))  # 0-d
+    check_like_cpu(lambda x, m: torch._masked_softmax(x, m, 3, 1), X4, torch.zeros(2, 3, dtype=torch.bool))
+    check_like_cpu(lambda x, m: torch._masked_softmax(x, m, 3, 2), X4, torch.zeros(4, dtype=torch.bool))
+    check_like_cpu(lambda x, m: torch._masked_softmax(x, m, 3), X4, torch.zeros(2, 3, 4, 4))
+    check_like_cpu(lambda g, y, m: torch.ops.aten._masked_softmax_backward(g, y, m, 2), g, y, mask[0])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_transform_bias_rescale_qkv(dtype):
+    qkv, bias = torch.randn(2, 5, 24, generator=G).to(dtype), torch.randn(24, generator=G).to(dtype)
+    for heads in (1, 2, 4):
+        check(lambda x, b: torch._transform_bias_rescale_qkv(x, b, heads), qkv, bias)
+    check(lambda x, b: torch._transform_bias_rescale_qkv(x.transpose(0, 1), b, 2), qkv.transpose(0, 1), bias)
+    check_like_cpu(lambda x, b: torch._transform_bias_rescale_qkv(x, b, 3), qkv, bias)
+    import torchtpu
+    assert all(torchtpu._C.op_supported(n) for n in
+               ("_masked_softmax", "_masked_softmax_backward", "_transform_bias_rescale_qkv"))

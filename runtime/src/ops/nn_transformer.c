@@ -9,10 +9,15 @@
  * pre- or post-norm. Masks follow ATen's masked softmax: mask_type 0 is an
  * (L, S) attention mask, 1 a (B, S) key padding mask, 2 a merged (B, H|1, L, S)
  * one; a bool mask marks what is left out, a float mask is added; a row with
- * every key left out is NaN, as on CPU. */
+ * every key left out is NaN, as on CPU. The standalone _masked_softmax (with
+ * its backward) and _transform_bias_rescale_qkv, which ATen's own fast paths
+ * call, are here too. */
 #include <math.h>
 
+#include <string.h>
+
 #include "matmul.h"
+#include "matrix.h"
 #include "nn.h"
 
 typedef struct tpu_tf {
@@ -62,14 +67,15 @@ static tpu_val_t tpu_tf_mask(tpu_builder_t* b, const tpu_tf_t* t, tpu_val_t scor
   return tpu_nn_add(b, scores, tpu_b_convert(b, m, t->ct));
 }
 
-/* softmax over the last dim (a row of -inf gives NaN, as ATen's). */
-static tpu_val_t tpu_tf_softmax(tpu_builder_t* b, tpu_val_t x) {
+/* softmax over `dim` (a slice of -inf gives NaN, as ATen's). */
+static tpu_val_t tpu_tf_softmax(tpu_builder_t* b, tpu_val_t x, int dim) {
   tpu_aval_t a = *tpu_b_aval(b, x);
-  int64_t last = a.rank - 1, keep[TPU_MAX_RANK];
-  for (int i = 0; i < a.rank - 1; i++) keep[i] = i;
-  tpu_val_t mx = tpu_b_reduce(b, x, tpu_b_const(b, a.dtype, -INFINITY), 1, &last, "stablehlo.maximum");
+  int64_t d = dim, keep[TPU_MAX_RANK];
+  for (int i = 0, k = 0; i < a.rank; i++)
+    if (i != dim) keep[k++] = i;
+  tpu_val_t mx = tpu_b_reduce(b, x, tpu_b_const(b, a.dtype, -INFINITY), 1, &d, "stablehlo.maximum");
   tpu_val_t e = tpu_b_unary(b, "stablehlo.exponential", tpu_nn_sub(b, x, tpu_b_broadcast_in_dim(b, mx, a.rank, a.dims, keep)));
-  tpu_val_t sum = tpu_b_reduce(b, e, tpu_b_const(b, a.dtype, 0), 1, &last, "stablehlo.add");
+  tpu_val_t sum = tpu_b_reduce(b, e, tpu_b_const(b, a.dtype, 0), 1, &d, "stablehlo.add");
   return tpu_nn_div(b, e, tpu_b_broadcast_in_dim(b, sum, a.rank, a.dims, keep));
 }
 
@@ -88,7 +94,7 @@ static tpu_val_t tpu_tf_attention(tpu_builder_t* b, tpu_op_t* op, const tpu_tf_t
   Q = tpu_nn_mulc(b, Q, 1.0 / sqrt((double)t->d)); /* ATen scales q before the product */
   tpu_val_t scores = tpu_b_convert(b, tpu_mm_dot(b, Q, K, 2, 3, 3), t->ct); /* (B, H, L, S) */
   tpu_val_t mask = at[4] >= 0 && tpu_op_kind(op, at[4]) == TPU_ARG_TENSOR ? tpu_op_tensor(b, op, at[4]) : TPU_NOVAL;
-  tpu_val_t p = tpu_tf_softmax(b, tpu_tf_mask(b, t, scores, mask, at[5] >= 0 ? tpu_op_int(op, at[5], -1) : -1));
+  tpu_val_t p = tpu_tf_softmax(b, tpu_tf_mask(b, t, scores, mask, at[5] >= 0 ? tpu_op_int(op, at[5], -1) : -1), 3);
   if (out_w) *out_w = p;
   tpu_val_t o = tpu_b_convert(b, tpu_mm_dot(b, p, V, 2, 3, 2), t->ct); /* (B, H, L, D) */
   int64_t perm[4] = {0, 2, 1, 3}, d3[3] = {t->b, t->l, t->e};
@@ -197,7 +203,138 @@ static tpu_status_t* tpu_lower__transformer_encoder_layer_fwd(tpu_builder_t* b, 
   return tpu_b_take_error(b);
 }
 
+/* ------------------------------------------ _masked_softmax and friends */
+
+/* The mask (arg 1) of _masked_softmax(self, mask, dim, mask_type) broadcast to
+ * self's shape x, with ATen's rules: mask_type 0 is an (L, L) attention mask
+ * and 1 a (B, L) padding mask (both only for a 2-D mask and a 4-D input, over
+ * the last two dims / dims 0 and 3), anything else (2, absent) self's shape. */
+static tpu_val_t tpu_tf_softmax_mask(tpu_builder_t* b, tpu_op_t* op, const tpu_aval_t* x) {
+  tpu_aval_t m = tpu_op_aval(op, 1);
+  int64_t type = tpu_op_int(op, 3, 2), map[TPU_MAX_RANK];
+  if (m.rank != 2 || x->rank != 4) type = 2;
+  for (int i = 0; i < m.rank; i++) map[i] = i;
+  bool ok = true;
+  if (type == 1) {
+    ok = x->dims[0] == m.dims[0] && x->dims[2] == m.dims[1] && x->dims[3] == m.dims[1];
+    map[0] = 0, map[1] = 3;
+    if (!ok) TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "For mask_type == 1 mask shape should be (B, L)");
+  } else if (type == 0) {
+    ok = m.dims[0] == x->dims[2] && m.dims[1] == x->dims[2] && x->dims[3] == x->dims[2];
+    map[0] = 2, map[1] = 3;
+    if (!ok) TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "For mask_type == 0 mask shape should be (L, L)");
+  } else {
+    ok = m.rank == x->rank && memcmp(m.dims, x->dims, sizeof(int64_t) * (size_t)x->rank) == 0;
+    if (!ok) TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "For mask_type == 2 mask shape should match input shape");
+  }
+  if (!ok) return TPU_NOVAL;
+  return tpu_b_broadcast_in_dim(b, tpu_op_tensor(b, op, 1), x->rank, x->dims, map);
+}
+
+/* Float self (arg 0) and a bool mask (arg imask), as ATen's masked softmax checks them. */
+static bool tpu_tf_softmax_check(tpu_builder_t* b, tpu_op_t* op, int imask) {
+  if (tpu_op_aval(op, imask).dtype != TPU_BOOL) {
+    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "Mask should be a boolean tensor");
+    return false;
+  }
+  tpu_dtype_t t = tpu_op_aval(op, 0).dtype;
+  if (!tpu_dtype_is_float(t) || tpu_dtype_is_complex(t)) {
+    TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "%s: not implemented for %s", tpu_op_name(op), tpu_dtype_name(t));
+    return false;
+  }
+  return true;
+}
+
+/* A 0-d value as (1), so that it has a dim to reduce (ATen views it so too). */
+static tpu_val_t tpu_tf_at_least_1d(tpu_builder_t* b, tpu_val_t v) {
+  int64_t one = 1;
+  return tpu_b_rank(b, v) == 0 ? tpu_b_reshape(b, v, 1, &one) : v;
+}
+
+/* _masked_softmax(self, mask, dim=None, mask_type=None): softmax over dim (default
+ * the last) of self with the masked (true) entries left out; a slice with every
+ * entry masked is NaN, as on CPU. */
+static tpu_status_t* tpu_lower__masked_softmax(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs,
+                                               int* nouts) {
+  (void)max_outs;
+  if (!tpu_tf_softmax_check(b, op, 1)) return tpu_b_take_error(b);
+  tpu_aval_t x = tpu_op_aval(op, 0);
+  int dim = tpu_ops_dim(b, tpu_op_int(op, 2, x.rank - 1), x.rank);
+  tpu_val_t mask = tpu_tf_softmax_mask(b, op, &x);
+  if (!tpu_b_ok(b)) return tpu_b_take_error(b);
+  tpu_val_t v = tpu_tf_at_least_1d(b, tpu_b_convert(b, tpu_op_tensor(b, op, 0), tpu_dtype_opmath(x.dtype)));
+  v = tpu_b_select(b, tpu_tf_at_least_1d(b, mask), tpu_ops_like(b, v, -INFINITY), v);
+  outs[0] = tpu_b_reshape(b, tpu_b_convert(b, tpu_tf_softmax(b, v, dim), x.dtype), x.rank, x.dims);
+  *nouts = 1;
+  return tpu_b_take_error(b);
+}
+
+/* _masked_softmax_backward(grad_output, output, mask, dim=None):
+ * output * (grad - sum over dim of grad * output), 0 where masked. */
+static tpu_status_t* tpu_lower__masked_softmax_backward(tpu_builder_t* b, tpu_op_t* op, int max_outs,
+                                                        tpu_val_t* outs, int* nouts) {
+  (void)max_outs;
+  tpu_aval_t g = tpu_op_aval(op, 0), m = tpu_op_aval(op, 2);
+  if (m.rank != g.rank || memcmp(m.dims, g.dims, sizeof(int64_t) * (size_t)g.rank) != 0) {
+    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "Mask shape should match grad shape");
+    return tpu_b_take_error(b);
+  }
+  if (!tpu_tf_softmax_check(b, op, 2)) return tpu_b_take_error(b);
+  int64_t dim = tpu_ops_dim(b, tpu_op_int(op, 3, g.rank - 1), g.rank);
+  tpu_dtype_t ct = tpu_dtype_opmath(g.dtype);
+  tpu_val_t gv = tpu_tf_at_least_1d(b, tpu_b_convert(b, tpu_op_tensor(b, op, 0), ct));
+  tpu_val_t out = tpu_tf_at_least_1d(b, tpu_b_convert(b, tpu_op_tensor(b, op, 1), ct));
+  tpu_val_t mask = tpu_tf_at_least_1d(b, tpu_op_tensor(b, op, 2));
+  tpu_val_t zero = tpu_ops_like(b, gv, 0.0);
+  tpu_val_t go = tpu_b_select(b, mask, zero, tpu_nn_mul(b, gv, out));
+  tpu_aval_t a = *tpu_b_aval(b, gv);
+  int64_t keep[TPU_MAX_RANK];
+  for (int i = 0, k = 0; i < a.rank; i++)
+    if (i != dim) keep[k++] = i;
+  tpu_val_t sum = tpu_b_broadcast_in_dim(b, tpu_nn_sum(b, go, 1, &dim), a.rank, a.dims, keep);
+  tpu_val_t gi = tpu_b_select(b, mask, zero, tpu_nn_mul(b, out, tpu_nn_sub(b, gv, sum)));
+  outs[0] = tpu_b_reshape(b, tpu_b_convert(b, gi, g.dtype), g.rank, g.dims);
+  *nouts = 1;
+  return tpu_b_take_error(b);
+}
+
+/* _transform_bias_rescale_qkv(qkv (B, T, 3D), qkv_bias (3D), num_heads) ->
+ * q, k, v (B, H, T, D / H): qkv + bias split into three and into heads, q
+ * scaled by 1 / sqrt(D / H), in the op-math type. */
+static tpu_status_t* tpu_lower__transform_bias_rescale_qkv(tpu_builder_t* b, tpu_op_t* op, int max_outs,
+                                                           tpu_val_t* outs, int* nouts) {
+  (void)max_outs;
+  tpu_aval_t a = tpu_op_aval(op, 0), ba = tpu_op_aval(op, 1);
+  int64_t h = tpu_op_int(op, 2, 1), d = a.rank == 3 ? a.dims[2] / 3 : 0;
+  if (a.rank != 3 || ba.rank != 1 || ba.dims[0] != a.dims[2] || a.dims[2] % 3 != 0) {
+    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "_transform_bias_rescale_qkv: expected qkv (B, T, 3 * D) and qkv_bias (3 * D)");
+    return tpu_b_take_error(b);
+  }
+  if (h <= 0 || d % h != 0) {
+    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "Expected D %% num_head == 0 to be true, but got false.");
+    return tpu_b_take_error(b);
+  }
+  if (!tpu_dtype_is_float(a.dtype)) {
+    TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "_transform_bias_rescale_qkv: not implemented for %s", tpu_dtype_name(a.dtype));
+    return tpu_b_take_error(b);
+  }
+  tpu_tf_t t = {.b = a.dims[0], .e = d, .h = h, .d = d / h, .dtype = a.dtype, .ct = tpu_dtype_opmath(a.dtype)};
+  int64_t last = 2;
+  tpu_val_t x = tpu_b_convert(b, tpu_op_tensor(b, op, 0), t.ct);
+  x = tpu_nn_add(b, x, tpu_b_broadcast_in_dim(b, tpu_b_convert(b, tpu_op_tensor(b, op, 1), t.ct), 3, a.dims, &last));
+  for (int i = 0; i < 3; i++) {
+    tpu_val_t part = tpu_tf_heads(b, &t, tpu_mx_slice(b, x, 2, i * d, (i + 1) * d), a.dims[1]);
+    if (i == 0) part = tpu_nn_mulc(b, part, 1.0 / sqrt((double)t.d));
+    outs[i] = tpu_b_convert(b, part, a.dtype);
+  }
+  *nouts = 3;
+  return tpu_b_take_error(b);
+}
+
 const tpu_lowering_t tpu_lowerings_nn_transformer[] = {
+    {"_masked_softmax", tpu_lower__masked_softmax},
+    {"_masked_softmax_backward", tpu_lower__masked_softmax_backward},
+    {"_transform_bias_rescale_qkv", tpu_lower__transform_bias_rescale_qkv},
     {"_native_multi_head_attention", tpu_lower__native_multi_head_attention},
     {"_transformer_encoder_layer_fwd", tpu_lower__transformer_encoder_layer_fwd},
     {NULL, NULL},
