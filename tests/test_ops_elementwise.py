@@ -504,3 +504,33 @@ def test_where_uint8_condition_warns():
     finally:
         torch.set_warn_always(prev)
     assert_same(actual, expected)
+
+
+# ------------------------------------------------ forward-mode AD of glu
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])  # CPU's kernels: no bf16/f16
+def test_glu_jvp_ops(dtype):
+    g = torch.Generator().manual_seed(3)
+    x, dx = torch.randn(3, 8, 2, generator=g).to(dtype), torch.randn(3, 8, 2, generator=g).to(dtype)
+    for dim in (1, -2):
+        glu = torch.nn.functional.glu(x, dim)
+        gg, dgg = torch.randn_like(glu), torch.randn_like(glu)
+        gx = torch.ops.aten.glu_backward(gg, x, dim)
+        check(lambda *a: torch.ops.aten.glu_jvp(*a, dim), glu, x, dx)
+        check(lambda *a: torch.ops.aten.glu_backward_jvp(*a, dim), gx, gg, x, dgg, dx)
+    # non-contiguous halves
+    xt, dxt = x.transpose(0, 2), dx.transpose(0, 2)
+    check(lambda *a: torch.ops.aten.glu_jvp(*a, 1), torch.nn.functional.glu(xt, 1), xt, dxt)
+
+
+def test_glu_forward_mode_ad():
+    # torch.func.jvp (forward) and forward-over-reverse (a Hessian-vector product)
+    # reach glu_jvp, glu_backward_jvp and _efficientzerotensor (zero tangents) on tpu
+    import torchtpu
+    assert all(torchtpu._C.op_supported(n) for n in ("glu_jvp", "glu_backward_jvp", "_efficientzerotensor"))
+    g = torch.Generator().manual_seed(4)
+    x, v = torch.randn(4, 6, generator=g), torch.randn(4, 6, generator=g)
+    f = lambda x: torch.nn.functional.glu(x, -1)  # noqa: E731
+    check(lambda x, v: torch.func.jvp(f, (x,), (v,)), x, v)
+    hvp = lambda x, v: torch.func.jvp(torch.func.grad(lambda y: f(y).pow(2).sum()), (x,), (v,))  # noqa: E731
+    check(hvp, x, v)

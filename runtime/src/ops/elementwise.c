@@ -1126,6 +1126,57 @@ static tpu_status_t* tpu_lower_glu_backward(tpu_builder_t* b, tpu_op_t* op, int 
   return tpu_ew_result(tpu_b_convert(b, tpu_b_concat(b, 2, parts, dim), t), outs, nouts);
 }
 
+/* The float result type of args[0..n) and their op-math type, or false (the
+ * dtype error of `name`). */
+static bool tpu_ew_float_args(tpu_builder_t* b, tpu_op_t* op, int n, const int* args, const char* name,
+                              tpu_dtype_t* t, tpu_dtype_t* ct) {
+  *t = tpu_ops_result_type(op, n, args);
+  *ct = tpu_dtype_opmath(*t);
+  return tpu_ew_check_dtype(b, name, EW_FLOAT_ONLY, name, *t);
+}
+
+/* glu_jvp(glu, x, dx, dim): forward-mode derivative of glu,
+ * da s(b) + glu (1 - s(b)) db for the halves of x and dx. */
+static tpu_status_t* tpu_lower_glu_jvp(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
+  (void)max_outs;
+  int args[3] = {0, 1, 2}, dim;
+  tpu_dtype_t t, ct;
+  if (!tpu_ew_float_args(b, op, 3, args, "glu_jvp", &t, &ct)) return NULL;
+  tpu_val_t glu = tpu_b_convert(b, tpu_op_tensor(b, op, 0), ct), a, c, da, dc;
+  if (!tpu_ew_halves(b, tpu_b_convert(b, tpu_op_tensor(b, op, 1), ct), tpu_op_int(op, 3, -1), &dim, &a, &c) ||
+      !tpu_ew_halves(b, tpu_b_convert(b, tpu_op_tensor(b, op, 2), ct), tpu_op_int(op, 3, -1), &dim, &da, &dc))
+    return NULL;
+  tpu_val_t s = ew_sigmoid(b, c);
+  tpu_val_t r = ew_add(b, ew_mul(b, da, s), ew_mul(b, glu, ew_mul(b, ew_one_minus(b, s), dc)));
+  return tpu_ew_result(tpu_b_convert(b, r, t), outs, nouts);
+}
+
+/* glu_backward_jvp(grad_x, grad_glu, x, dgrad_glu, dx, dim): forward-mode
+ * derivative of glu_backward. With s = s(b), g_a = grad_x's first half
+ * (grad_glu s) and db' = db (1 - s): the halves
+ * dg_a = dgrad_glu s + g_a db' and dg_a (a - glu) + g_a (da (1 - s) - glu db'). */
+static tpu_status_t* tpu_lower_glu_backward_jvp(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs,
+                                                int* nouts) {
+  (void)max_outs;
+  int args[5] = {0, 1, 2, 3, 4}, dim;
+  tpu_dtype_t t, ct;
+  if (!tpu_ew_float_args(b, op, 5, args, "glu_backward_jvp", &t, &ct)) return NULL;
+  int64_t d = tpu_op_int(op, 5, -1);
+  tpu_val_t ga, gb, a, c, da, dc; /* gb (grad_x's second half) is not needed */
+  if (!tpu_ew_halves(b, tpu_b_convert(b, tpu_op_tensor(b, op, 0), ct), d, &dim, &ga, &gb) ||
+      !tpu_ew_halves(b, tpu_b_convert(b, tpu_op_tensor(b, op, 2), ct), d, &dim, &a, &c) ||
+      !tpu_ew_halves(b, tpu_b_convert(b, tpu_op_tensor(b, op, 4), ct), d, &dim, &da, &dc))
+    return NULL;
+  tpu_val_t dgrad = tpu_b_convert(b, tpu_op_tensor(b, op, 3), ct);
+  tpu_val_t s = ew_sigmoid(b, c), one_s = ew_one_minus(b, s), glu = ew_mul(b, a, s);
+  tpu_val_t dcs = ew_mul(b, dc, one_s);
+  tpu_val_t dga = ew_add(b, ew_mul(b, dgrad, s), ew_mul(b, ga, dcs));
+  tpu_val_t rest = ew_sub(b, ew_mul(b, da, one_s), ew_mul(b, glu, dcs));
+  tpu_val_t dgb = ew_add(b, ew_mul(b, dga, ew_sub(b, a, glu)), ew_mul(b, ga, rest));
+  tpu_val_t parts[2] = {dga, dgb};
+  return tpu_ew_result(tpu_b_convert(b, tpu_b_concat(b, 2, parts, dim), t), outs, nouts);
+}
+
 /* _prelu_kernel_backward(grad, self, weight) -> (grad_self, grad_weight), both in
  * the broadcast shape (autograd sums grad_weight down to weight's shape). */
 static tpu_status_t* tpu_lower_prelu_backward(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs,
@@ -1170,6 +1221,8 @@ const tpu_lowering_t tpu_lowerings_elementwise[] = {
     {"log_sigmoid_forward", tpu_lower_log_sigmoid_forward},
     {"glu", tpu_lower_glu},
     {"glu_backward", tpu_lower_glu_backward},
+    {"glu_jvp", tpu_lower_glu_jvp},
+    {"glu_backward_jvp", tpu_lower_glu_backward_jvp},
     {"_prelu_kernel_backward", tpu_lower_prelu_backward},
     {NULL, NULL},
 };

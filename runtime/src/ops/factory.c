@@ -5,7 +5,9 @@
  * where full, zeros, new_ones, clone, _to_copy ... are ordinary nodes. Layout,
  * device, pin_memory and memory_format arrive absent and are ignored; strides are
  * ignored too (a graph value is logical: dtype and sizes). empty* values are
- * zeros: uninitialised memory may hold anything, zeros is deterministic. */
+ * zeros: uninitialised memory may hold anything, zeros is deterministic.
+ * One exception reaches it in eager mode through the boxed fallback:
+ * _efficientzerotensor, autograd's zero tangent, made as plain zeros. */
 #include <string.h>
 
 #include "common.h"
@@ -30,6 +32,8 @@ typedef struct tpu_factory {
 static const tpu_factory_t tpu_factories[] = {
     {"full", -1, 0, 1, 0, 2},
     {"zeros", -1, 0, -1, 0, 1},
+    /* autograd's zero tangents (forward-over-reverse AD): plain zeros on tpu */
+    {"_efficientzerotensor", -1, 0, -1, 0, 1},
     {"ones", -1, 0, -1, 1, 1},
     {"empty", -1, 0, -1, 0, 1},
     {"empty_strided", -1, 0, -1, 0, 2},
@@ -174,6 +178,7 @@ static tpu_status_t* tpu_lower_copy(tpu_builder_t* b, tpu_op_t* op, int max_outs
 const tpu_lowering_t tpu_lowerings_factory[] = {
     {"full", tpu_lower_factory},
     {"zeros", tpu_lower_factory},
+    {"_efficientzerotensor", tpu_lower_factory},
     {"ones", tpu_lower_factory},
     {"empty", tpu_lower_factory},
     {"empty_strided", tpu_lower_factory},
