@@ -244,3 +244,49 @@ def test_complex_errors():
             with pytest.raises(RuntimeError) as cpu:
                 fn(x, y)
             assert_raises_like(cpu.value, fn, x, y)
+
+
+# ------------------------------------------------------------- async asserts
+
+def test_assert_async_raises_at_the_next_sync():
+    import torchtpu
+    torch._assert_async(torch.tensor(3.0, device="tpu"))
+    torch._assert_async(torch.tensor([float("nan")], device="tpu"))  # NaN is nonzero, as on CPU
+    torch._assert_async(torch.tensor(True, device="tpu"), "fine")
+    torchtpu.synchronize()
+    x = torch.tensor(0, device="tpu")
+    with torchtpu.eager_mode("strict"):
+        torch._assert_async(x, "my message")  # recorded on the device, no sync here
+        with pytest.raises(RuntimeError, match="my message"):
+            torchtpu.synchronize()
+        torch._assert_async(x)
+        with pytest.raises(RuntimeError, match="Expected Tensor with single nonzero value, but got zero"):
+            x.cpu()
+    with torchtpu.eager_mode("debug"), pytest.raises(RuntimeError, match="my message"):
+        torch._assert_async(x, "my message")  # debug mode: raised at the op
+    for bad, cpu_msg in ((torch.zeros(2), "more than one value"), (torch.zeros(0), "no values")):
+        with pytest.raises(RuntimeError, match=cpu_msg):
+            torch._assert_async(bad)
+        with pytest.raises(RuntimeError, match=cpu_msg):
+            torch._assert_async(bad.to("tpu"))
+
+
+def test_functional_assert_async_and_dep_token():
+    tok = torch.ops.aten._make_dep_token(device="tpu")
+    assert tok.device.type == "tpu" and tok.shape == torch.ops.aten._make_dep_token().shape
+    out = torch.ops.aten._functional_assert_async.msg(torch.tensor(1, device="tpu"), "m", tok)
+    assert out.device.type == "tpu" and out.shape == tok.shape
+    with pytest.raises(RuntimeError, match="bad thing"):  # at the op (debug) or at the next sync
+        torch.ops.aten._functional_assert_async.msg(torch.tensor(False, device="tpu"), "bad thing", tok)
+        out.cpu()
+
+
+def test_assert_async_in_a_compiled_graph():
+    @torch.compile(backend="tpu")
+    def f(x):
+        torch._assert_async((x > 0).all(), "x must be positive")
+        return x * 2
+
+    assert torch.equal(f(torch.ones(3, device="tpu")).cpu(), torch.full((3,), 2.0))
+    with pytest.raises(RuntimeError, match="x must be positive"):
+        f(-torch.ones(3, device="tpu")).cpu()

@@ -6,8 +6,9 @@
  * device, pin_memory and memory_format arrive absent and are ignored; strides are
  * ignored too (a graph value is logical: dtype and sizes). empty* values are
  * zeros: uninitialised memory may hold anything, zeros is deterministic.
- * One exception reaches it in eager mode through the boxed fallback:
- * _efficientzerotensor, autograd's zero tangent, made as plain zeros. */
+ * Two reach it in eager mode through the boxed fallback (no binding kernel):
+ * _efficientzerotensor, autograd's zero tangent, made as plain zeros, and
+ * _make_dep_token. */
 #include <string.h>
 
 #include "common.h"
@@ -34,6 +35,8 @@ static const tpu_factory_t tpu_factories[] = {
     {"zeros", -1, 0, -1, 0, 1},
     /* autograd's zero tangents (forward-over-reverse AD): plain zeros on tpu */
     {"_efficientzerotensor", -1, 0, -1, 0, 1},
+    /* the 0-d token that orders torch.compile's effectful ops (_functional_assert_async) */
+    {"_make_dep_token", -1, -2, -1, 0, 0},
     {"ones", -1, 0, -1, 1, 1},
     {"empty", -1, 0, -1, 0, 1},
     {"empty_strided", -1, 0, -1, 0, 2},
@@ -179,6 +182,7 @@ const tpu_lowering_t tpu_lowerings_factory[] = {
     {"full", tpu_lower_factory},
     {"zeros", tpu_lower_factory},
     {"_efficientzerotensor", tpu_lower_factory},
+    {"_make_dep_token", tpu_lower_factory},
     {"ones", tpu_lower_factory},
     {"empty", tpu_lower_factory},
     {"empty_strided", tpu_lower_factory},

@@ -1,13 +1,16 @@
 /* Lowerings: small ops without a family of their own yet (shrinks, trace,
- * nextafter, frexp, renorm, isin). Move them when their family grows.
+ * nextafter, frexp, renorm, isin, the async asserts). Move them when their
+ * family grows.
  *
  * Numerics follow PyTorch's CPU kernels: f16/bf16 compute in f32 (opmath) and
  * round once. Scalar parameters (lambd, p, maxnorm) are runtime operands, so
  * their value-dependent branches (renorm's p = inf) are selects, not C ifs. */
+#include "check.h"
 #include "common.h"
 #include "random.h"
 
 #include <math.h>
+#include <string.h>
 
 /* ------------------------------------------------------- shorthands */
 
@@ -414,9 +417,37 @@ static tpu_status_t* tpu_lower_rrelu_with_noise(tpu_builder_t* b, tpu_op_t* op, 
   return NULL;
 }
 
+/* ----------------------------------------------------------- asserts */
+
+/* _assert_async(self), _assert_async.msg(self, assert_msg) and
+ * _functional_assert_async.msg(self, assert_msg, dep_token) -> dep_token: the
+ * one-element self being zero is a device-side check (check.h), raised at the
+ * next sync with the message, so a compiled or eager assert never syncs. */
+static tpu_status_t* tpu_lower_assert_async(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs,
+                                            int* nouts) {
+  (void)max_outs;
+  tpu_aval_t a = tpu_op_aval(op, 0);
+  int64_t n = tpu_aval_numel(&a);
+  if (n != 1) {
+    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "Boolean value of Tensor with %s is ambiguous",
+               n == 0 ? "no values" : "more than one value");
+    return NULL;
+  }
+  const tpu_arg_t* m = tpu_op_arg(op, 1);
+  const char* msg = m && m->kind == TPU_ARG_STRING && m->u.str ? m->u.str
+                                                             : "Expected Tensor with single nonzero value, but got zero";
+  tpu_val_t x = tpu_b_reshape(b, tpu_op_tensor(b, op, 0), 0, NULL);
+  tpu_op_check(b, op, tpu_b_compare(b, "EQ", x, mc_c(b, x, 0.0)), TPU_NOVAL, TPU_INVALID_ARGUMENT, "%s", msg);
+  *nouts = 0;
+  if (strcmp(tpu_op_name(op), "_functional_assert_async") == 0) return mc_result(tpu_op_tensor(b, op, 2), outs, nouts);
+  return NULL;
+}
+
 const tpu_lowering_t tpu_lowerings_misc[] = {
     {"rrelu_with_noise", tpu_lower_rrelu_with_noise},
     {"trace", tpu_lower_trace},
+    {"_assert_async", tpu_lower_assert_async},
+    {"_functional_assert_async", tpu_lower_assert_async},
     {"softshrink", tpu_lower_softshrink},
     {"softshrink_backward", tpu_lower_shrink_backward},
     {"hardshrink", tpu_lower_hardshrink},
