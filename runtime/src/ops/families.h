@@ -29,6 +29,8 @@ extern const tpu_lowering_t tpu_lowerings_shape[];
 /* grid_sampler_{2,3}d and backwards (grid_sample.c). */
 extern const tpu_lowering_t tpu_lowerings_grid_sample[];
 extern const tpu_lowering_t tpu_lowerings_random[];
+/* Rejection samplers: _standard_gamma, _sample_dirichlet, poisson (sampling.c). */
+extern const tpu_lowering_t tpu_lowerings_sampling[];
 extern const tpu_lowering_t tpu_lowerings_amp[];
 extern const tpu_lowering_t tpu_lowerings_fft[];
 extern const tpu_lowering_t tpu_lowerings_special[];

@@ -1,0 +1,233 @@
+/* Lowerings: sampling family — the samplers behind torch.distributions that
+ * need rejection: _standard_gamma (Gamma, Beta, Chi2, StudentT ... sample),
+ * _sample_dirichlet and poisson.
+ *
+ * Each is a device while loop over the whole tensor: every iteration draws one
+ * proposal per element that is still open and closes the accepted ones; the
+ * generator's state is loop-carried, so the stream is the op's own (random.h).
+ * The loop stops when every element is accepted (or at a cap far beyond what
+ * the acceptance rates need: both samplers accept > 90% per draw, so the cap
+ * is never the reason to stop in practice). Algorithms as PyTorch's CPU
+ * kernels: Marsaglia-Tsang for the gamma (alpha < 1 boosted by U^(1/alpha)),
+ * for poisson the product of uniforms below rate 10 and Hormann's PTRS
+ * transformed rejection above; the numbers themselves differ from CPU's. */
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+#include "check.h"
+#include "matrix.h"
+#include "nn.h"
+#include "random.h"
+
+/* Far beyond the expected iteration counts (about 1.1 per element for the
+ * gamma, up to ~30 for a poisson rate just under 10). */
+#define TPU_SAMPLE_MAX_ITERS 100000
+
+static tpu_val_t tpu_sm_c(tpu_builder_t* b, tpu_val_t like, double v) { return tpu_ops_like(b, like, v); }
+static tpu_val_t tpu_sm_bin(tpu_builder_t* b, const char* hlo, tpu_val_t x, tpu_val_t y) {
+  return tpu_b_binary(b, hlo, x, y);
+}
+
+/* Any element of the bool tensor open (0-d). */
+static tpu_val_t tpu_sm_any_open(tpu_builder_t* b, tpu_val_t done) {
+  tpu_aval_t a = *tpu_b_aval(b, done);
+  int64_t dims[TPU_MAX_RANK];
+  for (int i = 0; i < a.rank; i++) dims[i] = i;
+  tpu_val_t open = tpu_b_unary(b, "stablehlo.not", done);
+  return tpu_b_reduce(b, open, tpu_b_const_i(b, TPU_BOOL, 0), a.rank, dims, "stablehlo.or");
+}
+
+static tpu_val_t tpu_sm_cond(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_val_t* in) {
+  (void)ctx, (void)k;
+  return tpu_sm_any_open(b, in[1]);
+}
+
+/* ------------------------------------------------------------------ gamma */
+
+/* Marsaglia-Tsang for shape d + 1/3 >= 1: carry (state, done, value, d). */
+static void tpu_gamma_step(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_val_t* in, tpu_val_t* out) {
+  (void)ctx, (void)k;
+  tpu_rng_t g = {in[0]};
+  tpu_val_t d = in[3];
+  tpu_aval_t a = *tpu_b_aval(b, d);
+  tpu_val_t x = tpu_rng_normal(b, &g, a.dtype, &a), u = tpu_rng_uniform_open(b, &g, a.dtype, &a);
+  tpu_val_t c = tpu_b_unary(b, "stablehlo.rsqrt", tpu_nn_mulc(b, d, 9.0));
+  tpu_val_t v = tpu_nn_addc(b, tpu_nn_mul(b, c, x), 1.0);
+  v = tpu_nn_mul(b, v, tpu_nn_mul(b, v, v));
+  /* accept when v > 0 and log u < x^2 / 2 + d - d v + d log v */
+  tpu_val_t logv = tpu_b_unary(b, "stablehlo.log", tpu_sm_bin(b, "stablehlo.maximum", v, tpu_sm_c(b, v, FLT_MIN)));
+  tpu_val_t rhs = tpu_nn_add(b, tpu_nn_mulc(b, tpu_nn_mul(b, x, x), 0.5),
+                             tpu_nn_mul(b, d, tpu_nn_add(b, tpu_nn_sub(b, tpu_sm_c(b, d, 1.0), v), logv)));
+  tpu_val_t ok = tpu_sm_bin(b, "stablehlo.and", tpu_b_compare(b, "GT", v, tpu_sm_c(b, v, 0.0)),
+                            tpu_b_compare(b, "LT", tpu_b_unary(b, "stablehlo.log", u), rhs));
+  tpu_val_t take = tpu_sm_bin(b, "stablehlo.and", ok, tpu_b_unary(b, "stablehlo.not", in[1]));
+  out[0] = g.state;
+  out[1] = tpu_sm_bin(b, "stablehlo.or", in[1], ok);
+  out[2] = tpu_b_select(b, take, tpu_nn_mul(b, d, v), in[2]);
+  out[3] = d;
+}
+
+/* Gamma(alpha, 1) samples of alpha's shape in ct (alpha in ct), as the CPU
+ * kernel: at least the smallest normal float, alpha = inf gives inf, and alpha
+ * <= 0 or NaN the smallest normal float too. */
+static tpu_val_t tpu_sm_gamma(tpu_builder_t* b, tpu_rng_t* g, tpu_val_t alpha, double tiny) {
+  tpu_aval_t a = *tpu_b_aval(b, alpha);
+  tpu_val_t boost = tpu_b_compare(b, "LT", alpha, tpu_sm_c(b, alpha, 1.0));
+  tpu_val_t shape = tpu_b_select(b, boost, tpu_nn_addc(b, alpha, 1.0), alpha);
+  tpu_val_t valid = tpu_sm_bin(b, "stablehlo.and", tpu_b_compare(b, "GT", alpha, tpu_sm_c(b, alpha, 0.0)),
+                               tpu_b_compare(b, "LT", alpha, tpu_sm_c(b, alpha, INFINITY)));
+  tpu_val_t d = tpu_nn_addc(b, shape, -1.0 / 3.0);
+  d = tpu_b_select(b, valid, d, tpu_sm_c(b, d, 1.0)); /* closed at once; any finite d */
+  tpu_val_t init[4] = {g->state, tpu_b_unary(b, "stablehlo.not", valid), tpu_b_full(b, &a, 0.0), d}, res[4];
+  tpu_mx_while(b, TPU_SAMPLE_MAX_ITERS, 4, init, tpu_sm_cond, tpu_gamma_step, NULL, res, NULL);
+  g->state = res[0];
+  /* alpha < 1: Gamma(alpha + 1) * U^(1 / alpha) */
+  tpu_val_t u = tpu_rng_uniform_open(b, g, a.dtype, &a);
+  tpu_val_t scale = tpu_b_unary(b, "stablehlo.exponential",
+                                tpu_nn_div(b, tpu_b_unary(b, "stablehlo.log", u), alpha));
+  tpu_val_t x = tpu_b_select(b, boost, tpu_nn_mul(b, res[2], scale), res[2]);
+  x = tpu_b_select(b, tpu_b_compare(b, "EQ", alpha, tpu_sm_c(b, alpha, INFINITY)), tpu_sm_c(b, x, INFINITY), x);
+  return tpu_sm_bin(b, "stablehlo.maximum", x, tpu_sm_c(b, x, tiny));
+}
+
+/* The smallest normal value of dtype t (the CPU kernels' lower clamp). */
+static double tpu_sm_tiny(tpu_dtype_t t) {
+  switch (t) {
+    case TPU_F64: return DBL_MIN;
+    case TPU_F16: return 6.103515625e-05;
+    default: return FLT_MIN; /* f32, and bf16 (same exponent range) */
+  }
+}
+
+/* A float self (arg 0), in its op-math type; else the CPU kernel's dtype error. */
+static bool tpu_sm_float_arg(tpu_builder_t* b, tpu_op_t* op, const char* kernel, tpu_val_t* out_x) {
+  tpu_dtype_t t = tpu_op_aval(op, 0).dtype;
+  if (!tpu_dtype_is_float(t) || tpu_dtype_is_complex(t)) {
+    TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "\"%s\" not implemented for '%s'", kernel, tpu_dtype_scalar_type_name(t));
+    return false;
+  }
+  *out_x = tpu_b_convert(b, tpu_op_tensor(b, op, 0), tpu_dtype_opmath(t));
+  return true;
+}
+
+/* _standard_gamma(self, generator=None): Gamma(self, 1) samples. */
+static tpu_status_t* tpu_lower__standard_gamma(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs,
+                                               int* nouts) {
+  (void)max_outs;
+  tpu_val_t alpha;
+  if (!tpu_sm_float_arg(b, op, "gamma_cpu", &alpha)) return NULL;
+  tpu_dtype_t t = tpu_op_aval(op, 0).dtype;
+  tpu_rng_t g = tpu_rng_open(b, op);
+  outs[0] = tpu_b_convert(b, tpu_sm_gamma(b, &g, alpha, tpu_sm_tiny(t)), t);
+  *nouts = 1;
+  return NULL;
+}
+
+/* _sample_dirichlet(self, generator=None): Gamma(self) samples normalised over
+ * the last dim. */
+static tpu_status_t* tpu_lower__sample_dirichlet(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs,
+                                                 int* nouts) {
+  (void)max_outs;
+  tpu_val_t alpha;
+  if (!tpu_sm_float_arg(b, op, "dirichlet", &alpha)) return NULL;
+  tpu_aval_t a = tpu_op_aval(op, 0);
+  if (a.rank == 0) {
+    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "_sample_dirichlet: expected at least one dimension");
+    return NULL;
+  }
+  tpu_rng_t g = tpu_rng_open(b, op);
+  tpu_val_t x = tpu_sm_gamma(b, &g, alpha, tpu_sm_tiny(a.dtype));
+  int64_t last = a.rank - 1, keep[TPU_MAX_RANK];
+  for (int i = 0; i < a.rank - 1; i++) keep[i] = i;
+  tpu_val_t sum = tpu_b_broadcast_in_dim(b, tpu_nn_sum(b, x, 1, &last), a.rank, a.dims, keep);
+  outs[0] = tpu_b_convert(b, tpu_nn_div(b, x, sum), a.dtype);
+  *nouts = 1;
+  return NULL;
+}
+
+/* ---------------------------------------------------------------- poisson */
+
+/* One draw for every open element; carry (state, done, count, prod, lambda):
+ * below rate 10 one factor of the product of uniforms (count the factors
+ * while the product stays above e^-lambda), from 10 on one PTRS proposal. */
+static void tpu_poisson_step(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_val_t* in, tpu_val_t* out) {
+  (void)ctx, (void)k;
+  tpu_rng_t g = {in[0]};
+  tpu_val_t lam = in[4], done = in[1];
+  tpu_aval_t a = *tpu_b_aval(b, lam);
+  tpu_val_t u0 = tpu_rng_uniform_open(b, &g, a.dtype, &a), v = tpu_rng_uniform_open(b, &g, a.dtype, &a);
+  tpu_val_t small = tpu_b_compare(b, "LT", lam, tpu_sm_c(b, lam, 10.0));
+  /* product of uniforms */
+  tpu_val_t prod = tpu_nn_mul(b, in[3], u0);
+  tpu_val_t above = tpu_b_compare(b, "GT", prod, tpu_b_unary(b, "stablehlo.exponential", tpu_b_unary(b, "stablehlo.negate", lam)));
+  /* PTRS */
+  tpu_val_t slam = tpu_b_unary(b, "stablehlo.sqrt", lam), loglam = tpu_b_unary(b, "stablehlo.log", lam);
+  tpu_val_t bb = tpu_nn_addc(b, tpu_nn_mulc(b, slam, 2.53), 0.931);
+  tpu_val_t aa = tpu_nn_addc(b, tpu_nn_mulc(b, bb, 0.02483), -0.059);
+  tpu_val_t inva = tpu_nn_addc(b, tpu_nn_div(b, tpu_sm_c(b, bb, 1.1328), tpu_nn_addc(b, bb, -3.4)), 1.1239);
+  tpu_val_t vr = tpu_nn_sub(b, tpu_sm_c(b, bb, 0.9277), tpu_nn_div(b, tpu_sm_c(b, bb, 3.6224), tpu_nn_addc(b, bb, -2.0)));
+  tpu_val_t u = tpu_nn_addc(b, u0, -0.5);
+  tpu_val_t us = tpu_nn_sub(b, tpu_sm_c(b, u, 0.5), tpu_b_unary(b, "stablehlo.abs", u));
+  tpu_val_t kk = tpu_nn_add(b, tpu_nn_mul(b, tpu_nn_add(b, tpu_nn_div(b, tpu_nn_mulc(b, aa, 2.0), us), bb), u),
+                            tpu_nn_addc(b, lam, 0.43));
+  kk = tpu_b_unary(b, "stablehlo.floor", kk);
+  tpu_val_t quick = tpu_sm_bin(b, "stablehlo.and", tpu_b_compare(b, "GE", us, tpu_sm_c(b, us, 0.07)),
+                               tpu_b_compare(b, "LE", v, vr));
+  tpu_val_t lhs = tpu_nn_sub(b, tpu_nn_add(b, tpu_b_unary(b, "stablehlo.log", v), tpu_b_unary(b, "stablehlo.log", inva)),
+                             tpu_b_unary(b, "stablehlo.log", tpu_nn_add(b, tpu_nn_div(b, aa, tpu_nn_mul(b, us, us)), bb)));
+  tpu_val_t rhs = tpu_nn_sub(b, tpu_nn_sub(b, tpu_nn_mul(b, kk, loglam), lam),
+                             tpu_b_unary(b, "chlo.lgamma", tpu_nn_addc(b, kk, 1.0)));
+  tpu_val_t reject = tpu_sm_bin(b, "stablehlo.or", tpu_b_compare(b, "LT", kk, tpu_sm_c(b, kk, 0.0)),
+                                tpu_sm_bin(b, "stablehlo.and", tpu_b_compare(b, "LT", us, tpu_sm_c(b, us, 0.013)),
+                                           tpu_b_compare(b, "GT", v, us)));
+  tpu_val_t ptrs_ok = tpu_sm_bin(b, "stablehlo.or", quick,
+                                 tpu_sm_bin(b, "stablehlo.and", tpu_b_unary(b, "stablehlo.not", reject),
+                                            tpu_b_compare(b, "LE", lhs, rhs)));
+  tpu_val_t open = tpu_b_unary(b, "stablehlo.not", done);
+  tpu_val_t small_open = tpu_sm_bin(b, "stablehlo.and", open, small);
+  tpu_val_t big_take = tpu_sm_bin(b, "stablehlo.and", tpu_sm_bin(b, "stablehlo.and", open, tpu_b_unary(b, "stablehlo.not", small)), ptrs_ok);
+  tpu_val_t count = tpu_b_select(b, tpu_sm_bin(b, "stablehlo.and", small_open, above), tpu_nn_addc(b, in[2], 1.0), in[2]);
+  count = tpu_b_select(b, big_take, kk, count);
+  tpu_val_t small_done = tpu_sm_bin(b, "stablehlo.and", small_open, tpu_b_unary(b, "stablehlo.not", above));
+  out[0] = g.state;
+  out[1] = tpu_sm_bin(b, "stablehlo.or", done, tpu_sm_bin(b, "stablehlo.or", small_done, big_take));
+  out[2] = count;
+  out[3] = tpu_b_select(b, small_open, prod, in[3]);
+  out[4] = lam;
+}
+
+/* poisson(self, generator=None): Poisson(self) counts in self's dtype; a
+ * negative or NaN rate is a device-side check with the CPU's message. */
+static tpu_status_t* tpu_lower_poisson(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
+  (void)max_outs;
+  tpu_val_t lam;
+  if (!tpu_sm_float_arg(b, op, "poisson_cpu", &lam)) return NULL;
+  tpu_aval_t a = *tpu_b_aval(b, lam);
+  int64_t dims[TPU_MAX_RANK];
+  for (int i = 0; i < a.rank; i++) dims[i] = i;
+  tpu_val_t ok = tpu_b_compare(b, "GE", lam, tpu_sm_c(b, lam, 0.0));
+  tpu_val_t all_ok = tpu_b_reduce(b, ok, tpu_b_const_i(b, TPU_BOOL, 1), a.rank, dims, "stablehlo.and");
+  tpu_op_check(b, op, tpu_b_unary(b, "stablehlo.not", all_ok), TPU_NOVAL, TPU_INVALID_ARGUMENT,
+               "invalid Poisson rate, expected rate to be non-negative");
+  /* closed at once: rate 0 (count 0), invalid or infinite rates (no sampler ends) */
+  tpu_val_t finite = tpu_b_compare(b, "LT", lam, tpu_sm_c(b, lam, INFINITY));
+  tpu_val_t open = tpu_sm_bin(b, "stablehlo.and", tpu_b_compare(b, "GT", lam, tpu_sm_c(b, lam, 0.0)), finite);
+  tpu_val_t safe = tpu_b_select(b, open, lam, tpu_sm_c(b, lam, 1.0));
+  tpu_rng_t g = tpu_rng_open(b, op);
+  tpu_val_t init[5] = {g.state, tpu_b_unary(b, "stablehlo.not", open), tpu_b_full(b, &a, 0.0), tpu_b_full(b, &a, 1.0),
+                       safe};
+  tpu_val_t res[5];
+  tpu_mx_while(b, TPU_SAMPLE_MAX_ITERS, 5, init, tpu_sm_cond, tpu_poisson_step, NULL, res, NULL);
+  tpu_val_t x = tpu_b_select(b, tpu_b_compare(b, "EQ", lam, tpu_sm_c(b, lam, INFINITY)), lam, res[2]);
+  outs[0] = tpu_b_convert(b, x, tpu_op_aval(op, 0).dtype);
+  *nouts = 1;
+  return NULL;
+}
+
+const tpu_lowering_t tpu_lowerings_sampling[] = {
+    {"_standard_gamma", tpu_lower__standard_gamma},
+    {"_sample_dirichlet", tpu_lower__sample_dirichlet},
+    {"poisson", tpu_lower_poisson},
+    {NULL, NULL},
+};
