@@ -148,6 +148,24 @@ static tpu_status_t* tpu_lower__sample_dirichlet(tpu_builder_t* b, tpu_op_t* op,
 
 /* ---------------------------------------------------------------- poisson */
 
+/* log P(X = k) for X ~ Poisson(lam), k >= 0 whole (or anything, rejected
+ * later), lam >= 10. k log lam - lam - lgamma(k + 1) cancels terms of size
+ * lam log lam, which f32 cannot hold for large rates; from k = 10 on it is
+ * written with Stirling's series around k: (k - lam) - k log1p((k - lam) / lam)
+ * - log(2 pi k) / 2 - 1 / (12 k) + 1 / (360 k^3), every term small. */
+static tpu_val_t tpu_sm_log_poisson_pmf(tpu_builder_t* b, tpu_val_t k, tpu_val_t lam, tpu_val_t loglam) {
+  tpu_val_t direct = tpu_nn_sub(b, tpu_nn_sub(b, tpu_nn_mul(b, k, loglam), lam),
+                                tpu_b_unary(b, "chlo.lgamma", tpu_nn_addc(b, k, 1.0)));
+  tpu_val_t ks = tpu_sm_bin(b, "stablehlo.maximum", k, tpu_sm_c(b, k, 10.0)); /* the series' domain */
+  tpu_val_t d = tpu_nn_sub(b, ks, lam), inv = tpu_nn_div(b, tpu_sm_c(b, ks, 1.0), ks);
+  tpu_val_t series = tpu_nn_sub(b, d, tpu_nn_mul(b, ks, tpu_b_unary(b, "stablehlo.log_plus_one", tpu_nn_div(b, d, lam))));
+  series = tpu_nn_sub(b, series, tpu_nn_mulc(b, tpu_b_unary(b, "stablehlo.log", tpu_nn_mulc(b, ks, 6.28318530717958647692)), 0.5));
+  tpu_val_t tail = tpu_nn_mul(b, inv, tpu_nn_sub(b, tpu_sm_c(b, inv, 1.0 / 12.0),
+                                                 tpu_nn_mulc(b, tpu_nn_mul(b, inv, inv), 1.0 / 360.0)));
+  series = tpu_nn_sub(b, series, tail);
+  return tpu_b_select(b, tpu_b_compare(b, "LT", k, tpu_sm_c(b, k, 10.0)), direct, series);
+}
+
 /* One draw for every open element; carry (state, done, count, prod, lambda):
  * below rate 10 one factor of the product of uniforms (count the factors
  * while the product stays above e^-lambda), from 10 on one PTRS proposal. */
@@ -176,8 +194,7 @@ static void tpu_poisson_step(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu
                                tpu_b_compare(b, "LE", v, vr));
   tpu_val_t lhs = tpu_nn_sub(b, tpu_nn_add(b, tpu_b_unary(b, "stablehlo.log", v), tpu_b_unary(b, "stablehlo.log", inva)),
                              tpu_b_unary(b, "stablehlo.log", tpu_nn_add(b, tpu_nn_div(b, aa, tpu_nn_mul(b, us, us)), bb)));
-  tpu_val_t rhs = tpu_nn_sub(b, tpu_nn_sub(b, tpu_nn_mul(b, kk, loglam), lam),
-                             tpu_b_unary(b, "chlo.lgamma", tpu_nn_addc(b, kk, 1.0)));
+  tpu_val_t rhs = tpu_sm_log_poisson_pmf(b, kk, lam, loglam);
   tpu_val_t reject = tpu_sm_bin(b, "stablehlo.or", tpu_b_compare(b, "LT", kk, tpu_sm_c(b, kk, 0.0)),
                                 tpu_sm_bin(b, "stablehlo.and", tpu_b_compare(b, "LT", us, tpu_sm_c(b, us, 0.013)),
                                            tpu_b_compare(b, "GT", v, us)));
