@@ -1,10 +1,11 @@
 """The rejection samplers behind torch.distributions on tpu: _standard_gamma
-(Gamma, Beta, Chi2, ...), _sample_dirichlet and poisson. Their numbers cannot
+(Gamma, Beta, Chi2, ...), _sample_dirichlet, poisson and binomial. Their numbers cannot
 equal CPU's (another generator), so the samples are checked against the
 distributions themselves with a fixed seed: a Kolmogorov-Smirnov distance to
 the gamma CDF (torch.special.gammainc in float64) below its 99.9% critical
-value, Poisson frequencies and moments within 5 standard errors, and the edge
-values (alpha <= 0, NaN, inf; rate 0, negative rates) as on CPU."""
+value, Poisson and binomial frequencies and moments within 5 standard errors,
+and the edge values (alpha <= 0, NaN, inf; rate 0, negative rates; count <= 0,
+prob outside (0, 1), NaN) as on CPU."""
 import math
 
 import pytest
@@ -97,4 +98,38 @@ def test_poisson_edges():
     with pytest.raises(RuntimeError, match="invalid Poisson rate, expected rate to be non-negative"):
         torch.poisson(torch.tensor([1.0, -1.0], device="tpu")).cpu()
     import torchtpu
-    assert all(torchtpu._C.op_supported(n) for n in ("_standard_gamma", "_sample_dirichlet", "poisson"))
+    assert all(torchtpu._C.op_supported(n) for n in ("_standard_gamma", "_sample_dirichlet", "poisson", "binomial"))
+
+
+def _pmf_binomial(n, p, k):
+    return math.exp(math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+                    + k * math.log(p) + (n - k) * math.log1p(-p))
+
+
+# inversion (n p < 10), BTRS (n p >= 10), p > 1/2 (the failures are sampled), large n
+@pytest.mark.parametrize("n,p", [(5, 0.5), (50, 0.05), (20, 0.3), (100, 0.3), (1000, 0.9), (3, 0.99), (10 ** 6, 0.5)])
+def test_binomial_follows_the_binomial_distribution(n, p):
+    torch.manual_seed(5)
+    x = torch.binomial(torch.full((N,), float(n), device="tpu"), torch.full((N,), p, device="tpu")).cpu().double()
+    assert bool((x == x.round()).all()) and bool((x >= 0).all()) and bool((x <= n).all())
+    mu, var = n * p, n * p * (1 - p)
+    assert abs(x.mean().item() - mu) < 5 * math.sqrt(var / N)
+    assert abs(x.var().item() - var) < 5 * var * math.sqrt(2.0 / N) + 5 * math.sqrt(var / N)
+    for k in range(max(0, int(mu) - 2), min(n, int(mu) + 3)):
+        q = _pmf_binomial(n, p, k)
+        assert abs((x == k).double().mean().item() - q) < 5 * math.sqrt(q * (1 - q) / N) + 1e-4
+
+
+def test_binomial_edges_and_broadcasting():
+    count = torch.tensor([0.0, 5.0, 10.0, -1.0, 5.0, 5.0, 5.0])
+    prob = torch.tensor([0.5, 0.0, 1.0, 0.5, float("nan"), 1.5, -0.5])
+    # no randomness at these edges: equal to CPU, NaN included
+    assert torch.allclose(torch.binomial(count.to("tpu"), prob.to("tpu")).cpu(), torch.binomial(count, prob),
+                          rtol=0, atol=0, equal_nan=True)
+    x = torch.binomial(torch.full((3, 4), 7.0, device="tpu"), torch.full((4,), 0.5, device="tpu"))
+    assert x.shape == (3, 4) and x.dtype == torch.float32
+    assert_raises_like(RuntimeError("binomial only supports floating-point dtypes for count, got: Long"),
+                       torch.binomial, torch.tensor([5, 5]), torch.tensor([0.5, 0.5]))
+    dist = torch.distributions.Binomial(torch.tensor(30.0, device="tpu"), torch.tensor(0.4, device="tpu"))
+    s = dist.sample((N,))
+    assert s.device.type == "tpu" and abs(s.cpu().double().mean().item() - 12.0) < 5 * math.sqrt(7.2 / N)

@@ -1,6 +1,6 @@
 /* Lowerings: sampling family — the samplers behind torch.distributions that
  * need rejection: _standard_gamma (Gamma, Beta, Chi2, StudentT ... sample),
- * _sample_dirichlet and poisson.
+ * _sample_dirichlet, poisson and binomial.
  *
  * Each is a device while loop over the whole tensor: every iteration draws one
  * proposal per element that is still open and closes the accepted ones; the
@@ -10,7 +10,8 @@
  * is never the reason to stop in practice). Algorithms as PyTorch's CPU
  * kernels: Marsaglia-Tsang for the gamma (alpha < 1 boosted by U^(1/alpha)),
  * for poisson the product of uniforms below rate 10 and Hormann's PTRS
- * transformed rejection above; the numbers themselves differ from CPU's. */
+ * transformed rejection above, for binomial geometric jumps below a mean of
+ * 10 and Hormann's BTRS above; the numbers themselves differ from CPU's. */
 #include <float.h>
 #include <math.h>
 #include <string.h>
@@ -242,9 +243,144 @@ static tpu_status_t* tpu_lower_poisson(tpu_builder_t* b, tpu_op_t* op, int max_o
   return NULL;
 }
 
+/* --------------------------------------------------------------- binomial */
+
+/* Per element: n, p' = min(p, 1 - p) and BTRS's constants (Hormann 1993). */
+typedef struct tpu_btrs {
+  tpu_val_t n, p, btrs; /* btrs: n p' >= 10, else inversion */
+  tpu_val_t a, b, c, vr, alpha, m, lpq, r;
+} tpu_btrs_t;
+
+#define TPU_BTRS_NCARRY 4 /* state, done, result, geometric sum (inversion) */
+
+static tpu_val_t tpu_sm_ln(tpu_builder_t* b, tpu_val_t x) { return tpu_b_unary(b, "stablehlo.log", x); }
+static tpu_val_t tpu_sm_ln1p(tpu_builder_t* b, tpu_val_t x) { return tpu_b_unary(b, "stablehlo.log_plus_one", x); }
+
+/* BTRS's Stirling tail f(k) = lgamma(k + 1) - log(2 pi) / 2 - (k + 1/2) log(k + 1) + k + 1:
+ * directly below 10, else its series in 1 / (k + 1). */
+static tpu_val_t tpu_btrs_tail(tpu_builder_t* b, tpu_val_t k) {
+  tpu_val_t k1 = tpu_nn_addc(b, k, 1.0);
+  tpu_val_t direct = tpu_nn_add(b, tpu_nn_sub(b, tpu_b_unary(b, "chlo.lgamma", k1), tpu_nn_mul(b, tpu_nn_addc(b, k, 0.5), tpu_sm_ln(b, k1))),
+                                tpu_nn_addc(b, k1, -0.91893853320467274178));
+  tpu_val_t inv = tpu_nn_div(b, tpu_sm_c(b, k1, 1.0), k1), inv2 = tpu_nn_mul(b, inv, inv);
+  tpu_val_t inner = tpu_nn_sub(b, tpu_sm_c(b, inv, 1.0 / 360.0), tpu_nn_mulc(b, inv2, 1.0 / 1260.0));
+  tpu_val_t series = tpu_nn_mul(b, inv, tpu_nn_sub(b, tpu_sm_c(b, inv, 1.0 / 12.0), tpu_nn_mul(b, inner, inv2)));
+  return tpu_b_select(b, tpu_b_compare(b, "LT", k, tpu_sm_c(b, k, 10.0)), direct, series);
+}
+
+/* log(f(k) / f(m)) for the binomial pmf f, as BTRS's bound with Stirling
+ * tails, regrouped so that no two large terms cancel in f32: (k - m) times
+ * the log of a ratio near 1, plus log1p terms of small arguments. */
+static tpu_val_t tpu_btrs_log_ratio(tpu_builder_t* b, const tpu_btrs_t* t, tpu_val_t k) {
+  tpu_val_t n1m = tpu_nn_addc(b, tpu_nn_sub(b, t->n, t->m), 1.0), n1k = tpu_nn_addc(b, tpu_nn_sub(b, t->n, k), 1.0);
+  tpu_val_t m1 = tpu_nn_addc(b, t->m, 1.0), kh = tpu_nn_addc(b, k, 0.5), km = tpu_nn_sub(b, k, t->m);
+  tpu_val_t r = tpu_nn_mul(b, km, tpu_sm_ln(b, tpu_nn_div(b, tpu_nn_mul(b, t->r, n1m), m1)));
+  r = tpu_nn_sub(b, r, tpu_nn_mul(b, kh, tpu_sm_ln1p(b, tpu_nn_div(b, km, m1))));
+  r = tpu_nn_add(b, r, tpu_nn_mul(b, kh, tpu_sm_ln1p(b, tpu_nn_div(b, tpu_b_unary(b, "stablehlo.negate", km), n1m))));
+  r = tpu_nn_add(b, r, tpu_nn_mul(b, tpu_nn_addc(b, t->n, 1.0), tpu_sm_ln1p(b, tpu_nn_div(b, km, n1k))));
+  tpu_val_t tails = tpu_nn_add(b, tpu_btrs_tail(b, t->m), tpu_btrs_tail(b, tpu_nn_sub(b, t->n, t->m)));
+  tails = tpu_nn_sub(b, tails, tpu_nn_add(b, tpu_btrs_tail(b, k), tpu_btrs_tail(b, tpu_nn_sub(b, t->n, k))));
+  return tpu_nn_add(b, r, tails);
+}
+
+/* One BTRS proposal from u0, v: k, and whether it is accepted. */
+static tpu_val_t tpu_btrs_try(tpu_builder_t* b, const tpu_btrs_t* t, tpu_val_t u0, tpu_val_t v, tpu_val_t* out_k) {
+  tpu_val_t u = tpu_nn_addc(b, u0, -0.5);
+  tpu_val_t us = tpu_nn_sub(b, tpu_sm_c(b, u, 0.5), tpu_b_unary(b, "stablehlo.abs", u));
+  tpu_val_t k = tpu_nn_add(b, tpu_nn_mul(b, tpu_nn_add(b, tpu_nn_div(b, tpu_nn_mulc(b, t->a, 2.0), us), t->b), u), t->c);
+  k = tpu_b_unary(b, "stablehlo.floor", k);
+  *out_k = k;
+  tpu_val_t in_range = tpu_sm_bin(b, "stablehlo.and", tpu_b_compare(b, "GE", k, tpu_sm_c(b, k, 0.0)),
+                                  tpu_b_compare(b, "LE", k, t->n));
+  tpu_val_t quick = tpu_sm_bin(b, "stablehlo.and", tpu_b_compare(b, "GE", us, tpu_sm_c(b, us, 0.07)),
+                               tpu_b_compare(b, "LE", v, t->vr));
+  tpu_val_t lv = tpu_sm_ln(b, tpu_nn_div(b, tpu_nn_mul(b, v, t->alpha), tpu_nn_add(b, tpu_nn_div(b, t->a, tpu_nn_mul(b, us, us)), t->b)));
+  tpu_val_t ok = tpu_sm_bin(b, "stablehlo.or", quick, tpu_b_compare(b, "LE", lv, tpu_btrs_log_ratio(b, t, k)));
+  return tpu_sm_bin(b, "stablehlo.and", in_range, ok);
+}
+
+/* One draw per open element: a BTRS proposal, or one more geometric jump of
+ * the inversion (the count of jumps that fit in n is the sample). */
+static void tpu_binomial_step(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_val_t* in, tpu_val_t* out) {
+  (void)k;
+  const tpu_btrs_t* t = ctx;
+  tpu_rng_t g = {in[0]};
+  tpu_aval_t a = *tpu_b_aval(b, in[2]);
+  tpu_val_t u0 = tpu_rng_uniform_open(b, &g, a.dtype, &a), v = tpu_rng_uniform_open(b, &g, a.dtype, &a);
+  tpu_val_t open = tpu_b_unary(b, "stablehlo.not", in[1]), kk;
+  tpu_val_t btrs_take = tpu_sm_bin(b, "stablehlo.and", tpu_sm_bin(b, "stablehlo.and", open, t->btrs),
+                                   tpu_btrs_try(b, t, u0, v, &kk));
+  tpu_val_t geom = tpu_b_unary(b, "stablehlo.ceil", tpu_nn_div(b, tpu_sm_ln(b, u0), t->lpq));
+  tpu_val_t inv_open = tpu_sm_bin(b, "stablehlo.and", open, tpu_b_unary(b, "stablehlo.not", t->btrs));
+  tpu_val_t sum = tpu_nn_add(b, in[3], geom);
+  tpu_val_t past = tpu_sm_bin(b, "stablehlo.and", inv_open, tpu_b_compare(b, "GT", sum, t->n));
+  tpu_val_t more = tpu_sm_bin(b, "stablehlo.and", inv_open, tpu_b_unary(b, "stablehlo.not", past));
+  tpu_val_t res = tpu_b_select(b, more, tpu_nn_addc(b, in[2], 1.0), in[2]);
+  out[0] = g.state;
+  out[1] = tpu_sm_bin(b, "stablehlo.or", in[1], tpu_sm_bin(b, "stablehlo.or", past, btrs_take));
+  out[2] = tpu_b_select(b, btrs_take, kk, res);
+  out[3] = tpu_b_select(b, inv_open, sum, in[3]);
+}
+
+/* The per-element parameters; `open`: elements that need a draw. */
+static void tpu_btrs_setup(tpu_builder_t* b, tpu_val_t n, tpu_val_t p, tpu_val_t open, tpu_btrs_t* t) {
+  tpu_val_t one = tpu_sm_c(b, p, 1.0);
+  t->p = tpu_b_select(b, open, tpu_sm_bin(b, "stablehlo.minimum", p, tpu_nn_sub(b, one, p)), tpu_sm_c(b, p, 0.25));
+  t->n = tpu_b_select(b, open, n, tpu_sm_c(b, n, 1.0));
+  tpu_val_t q = tpu_nn_sub(b, one, t->p), np = tpu_nn_mul(b, t->n, t->p);
+  t->btrs = tpu_b_compare(b, "GE", np, tpu_sm_c(b, np, 10.0));
+  tpu_val_t spq = tpu_b_unary(b, "stablehlo.sqrt", tpu_nn_mul(b, np, q));
+  t->b = tpu_nn_addc(b, tpu_nn_mulc(b, spq, 2.53), 1.15);
+  t->a = tpu_nn_add(b, tpu_nn_addc(b, tpu_nn_mulc(b, t->b, 0.0248), -0.0873), tpu_nn_mulc(b, t->p, 0.01));
+  t->c = tpu_nn_addc(b, np, 0.5);
+  t->vr = tpu_nn_sub(b, tpu_sm_c(b, t->b, 0.92), tpu_nn_div(b, tpu_sm_c(b, t->b, 4.2), t->b));
+  t->r = tpu_nn_div(b, t->p, q);
+  t->alpha = tpu_nn_mul(b, tpu_nn_addc(b, tpu_nn_div(b, tpu_sm_c(b, t->b, 5.1), t->b), 2.83), spq);
+  t->m = tpu_b_unary(b, "stablehlo.floor", tpu_nn_mul(b, tpu_nn_addc(b, t->n, 1.0), t->p));
+  t->lpq = tpu_sm_ln1p(b, tpu_b_unary(b, "stablehlo.negate", t->p));
+}
+
+/* binomial(count, prob, generator=None): counts of successes in count's dtype,
+ * with the CPU kernel's edges: count <= 0 or prob <= 0 give 0, prob >= 1
+ * gives count, a NaN prob NaN. prob > 1/2 samples the failures. */
+static tpu_status_t* tpu_lower_binomial(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
+  (void)max_outs;
+  tpu_dtype_t t = tpu_op_aval(op, 0).dtype;
+  if (!tpu_dtype_is_float(t) || tpu_dtype_is_complex(t)) {
+    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "binomial only supports floating-point dtypes for count, got: %s",
+               tpu_dtype_scalar_type_name(t));
+    return NULL;
+  }
+  int args[2] = {0, 1};
+  tpu_aval_t shape;
+  if (!tpu_ops_broadcast_shape(b, op, 2, args, &shape)) return NULL;
+  tpu_dtype_t ct = tpu_dtype_opmath(t);
+  tpu_val_t n = tpu_ops_bcast(b, tpu_b_convert(b, tpu_op_tensor(b, op, 0), ct), &shape);
+  tpu_val_t p = tpu_ops_bcast(b, tpu_b_convert(b, tpu_op_tensor(b, op, 1), ct), &shape);
+  tpu_val_t zero = tpu_sm_c(b, p, 0.0), one = tpu_sm_c(b, p, 1.0);
+  tpu_val_t open = tpu_sm_bin(b, "stablehlo.and", tpu_b_compare(b, "GT", n, zero),
+                              tpu_sm_bin(b, "stablehlo.and", tpu_b_compare(b, "GT", p, zero), tpu_b_compare(b, "LT", p, one)));
+  tpu_btrs_t bt;
+  tpu_btrs_setup(b, n, p, open, &bt);
+  tpu_rng_t g = tpu_rng_open(b, op);
+  tpu_aval_t ca = *tpu_b_aval(b, p);
+  tpu_val_t init[TPU_BTRS_NCARRY] = {g.state, tpu_b_unary(b, "stablehlo.not", open), tpu_b_full(b, &ca, 0.0),
+                                     tpu_b_full(b, &ca, 0.0)};
+  tpu_val_t res[TPU_BTRS_NCARRY];
+  tpu_mx_while(b, TPU_SAMPLE_MAX_ITERS, TPU_BTRS_NCARRY, init, tpu_sm_cond, tpu_binomial_step, &bt, res, NULL);
+  tpu_val_t x = res[2];
+  x = tpu_b_select(b, tpu_b_compare(b, "GT", p, tpu_sm_c(b, p, 0.5)), tpu_nn_sub(b, n, x), x);
+  x = tpu_b_select(b, open, x, tpu_b_select(b, tpu_b_compare(b, "GE", p, one), tpu_sm_bin(b, "stablehlo.maximum", n, zero), zero));
+  x = tpu_b_select(b, tpu_b_compare(b, "NE", p, p), p, x);
+  outs[0] = tpu_b_convert(b, x, t);
+  *nouts = 1;
+  return NULL;
+}
+
 const tpu_lowering_t tpu_lowerings_sampling[] = {
     {"_standard_gamma", tpu_lower__standard_gamma},
     {"_sample_dirichlet", tpu_lower__sample_dirichlet},
     {"poisson", tpu_lower_poisson},
+    {"binomial", tpu_lower_binomial},
     {NULL, NULL},
 };
