@@ -20,6 +20,8 @@ extern const tpu_lowering_t tpu_lowerings_fractional_pool[];
 extern const tpu_lowering_t tpu_lowerings_nn_transformer[];
 /* The multi-class margin losses (nn_margin.c). */
 extern const tpu_lowering_t tpu_lowerings_nn_margin[];
+/* SyncBatchNorm's kernels and batch_norm_update_stats (nn_batchnorm_stats.c). */
+extern const tpu_lowering_t tpu_lowerings_nn_batchnorm_stats[];
 extern const tpu_lowering_t tpu_lowerings_index[];
 /* torch.unique / unique_consecutive, flat and over a dim (unique.c). */
 extern const tpu_lowering_t tpu_lowerings_unique[];

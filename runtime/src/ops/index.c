@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "reduce.h"
 
 /* ================================================================ helpers */
 
@@ -290,15 +291,18 @@ typedef enum tpu_idx_msg {
   TPU_IDX_MSG_BOUNDS_RT, /* the same text as a RuntimeError (gather, scatter, index_add) */
   TPU_IDX_MSG_COPY,      /* IndexError: index_copy_(): index i is out of bounds ... */
   TPU_IDX_MSG_TAKE,      /* IndexError: out of range: tried to access index i on a tensor of n elements. */
+  TPU_IDX_MSG_SELECT,    /* IndexError: select(): index i out of range for tensor of size [..] at dimension d */
 } tpu_idx_msg_t;
 
 typedef struct tpu_idx_rule {
   bool negative; /* -size..-1 are valid too and wrap (x[i], take, put, index_fill) */
   tpu_idx_msg_t msg;
+  const char* shape; /* TPU_IDX_MSG_SELECT: the indexed tensor's sizes, "[5, 3]" */
 } tpu_idx_rule_t;
 
 static void tpu_idx_report(tpu_builder_t* b, tpu_op_t* op, tpu_val_t bad, tpu_val_t value, int dim, int64_t size,
-                           tpu_idx_msg_t msg) {
+                           const tpu_idx_rule_t* rule) {
+  tpu_idx_msg_t msg = rule->msg;
   switch (msg) {
     case TPU_IDX_MSG_SELF:
       tpu_op_check(b, op, bad, value, TPU_OUT_OF_RANGE, "index out of range in self");
@@ -315,6 +319,10 @@ static void tpu_idx_report(tpu_builder_t* b, tpu_op_t* op, tpu_val_t bad, tpu_va
     case TPU_IDX_MSG_TAKE:
       tpu_op_check(b, op, bad, value, TPU_OUT_OF_RANGE,
                    "out of range: tried to access index {} on a tensor of %" PRId64 " elements.", size);
+      break;
+    case TPU_IDX_MSG_SELECT:
+      tpu_op_check(b, op, bad, value, TPU_OUT_OF_RANGE, "select(): index {} out of range for tensor of size %s at dimension %d",
+                   rule->shape ? rule->shape : "", dim);
       break;
   }
 }
@@ -344,7 +352,7 @@ static tpu_val_t tpu_idx_checked(tpu_builder_t* b, tpu_op_t* op, tpu_val_t idx, 
       value = tpu_b_reduce(b, only_bad, low, a.rank, dims, "stablehlo.maximum");
     }
   }
-  tpu_idx_report(b, op, bad, value, dim, size, rule.msg);
+  tpu_idx_report(b, op, bad, value, dim, size, &rule);
   return rule.negative ? tpu_idx_wrap(b, idx, size) : idx;
 }
 
@@ -369,7 +377,7 @@ static tpu_status_t* tpu_lower_index_select(tpu_builder_t* b, tpu_op_t* op, int 
   int dim = tpu_ops_dim(b, tpu_op_int(op, 1, 0), in.rank);
   if (!tpu_idx_check_dtype(b, op, 2, TPU_IDX_I32_OR_I64, "index_select")) return NULL;
   tpu_val_t x = tpu_op_tensor(b, op, 0);
-  const tpu_idx_rule_t rule = {false, TPU_IDX_MSG_SELF};
+  const tpu_idx_rule_t rule = {false, TPU_IDX_MSG_SELF, NULL};
   if (in.rank == 0) { /* a scalar self: the result is self (index must be [0]) */
     tpu_idx_vector_arg(b, op, 2, 0, 1, rule, "index_select");
     return tpu_idx_one(x, outs, nouts);
@@ -400,7 +408,7 @@ static tpu_status_t* tpu_lower_gather(tpu_builder_t* b, tpu_op_t* op, int max_ou
     }
   }
   int64_t size = in.rank ? in.dims[dim] : 1;
-  tpu_idx_rule_t rule = {false, TPU_IDX_MSG_BOUNDS_RT};
+  tpu_idx_rule_t rule = {false, TPU_IDX_MSG_BOUNDS_RT, NULL};
   tpu_val_t idx = tpu_idx_checked(b, op, tpu_op_tensor(b, op, 2), dim, size, rule);
   return tpu_idx_one(tpu_idx_gather_dim(b, tpu_op_tensor(b, op, 0), dim, idx), outs, nouts);
 }
@@ -415,7 +423,7 @@ static tpu_status_t* tpu_lower_take(tpu_builder_t* b, tpu_op_t* op, int max_outs
     return NULL;
   }
   tpu_val_t flat = tpu_b_reshape(b, tpu_op_tensor(b, op, 0), 1, &n);
-  tpu_idx_rule_t rule = {true, TPU_IDX_MSG_TAKE};
+  tpu_idx_rule_t rule = {true, TPU_IDX_MSG_TAKE, NULL};
   tpu_val_t idx = tpu_b_reshape(b, tpu_idx_checked(b, op, tpu_op_tensor(b, op, 1), 0, n, rule), 1, &k);
   tpu_val_t r = tpu_idx_select(b, flat, 0, idx);
   return tpu_idx_one(tpu_b_reshape(b, r, ia.rank, ia.dims), outs, nouts);
@@ -439,7 +447,7 @@ static tpu_status_t* tpu_lower_put(tpu_builder_t* b, tpu_op_t* op, int max_outs,
     return NULL;
   }
   tpu_val_t flat = tpu_b_reshape(b, tpu_op_tensor(b, op, 0), 1, &n);
-  tpu_idx_rule_t rule = {true, TPU_IDX_MSG_TAKE};
+  tpu_idx_rule_t rule = {true, TPU_IDX_MSG_TAKE, NULL};
   tpu_val_t idx = tpu_b_reshape(b, tpu_idx_checked(b, op, tpu_op_tensor(b, op, 1), 0, n, rule), 1, &k);
   tpu_val_t src = tpu_b_reshape(b, tpu_op_tensor(b, op, 2), 1, &k);
   tpu_val_t r = tpu_idx_put_along(b, flat, 0, idx, src, tpu_op_bool(op, 3, false) ? "stablehlo.add" : NULL);
@@ -523,7 +531,7 @@ static tpu_status_t* tpu_lower_scatter_common(tpu_builder_t* b, tpu_op_t* op, tp
   int dim = tpu_ops_dim(b, tpu_op_int(op, 1, 0), in.rank);
   if (!tpu_idx_scatter_checks(b, op, dim, tpu_op_kind(op, 3) == TPU_ARG_TENSOR, what)) return NULL;
   int64_t size = in.rank ? in.dims[dim] : 1;
-  tpu_idx_rule_t rule = {false, TPU_IDX_MSG_BOUNDS_RT};
+  tpu_idx_rule_t rule = {false, TPU_IDX_MSG_BOUNDS_RT, NULL};
   tpu_val_t idx = tpu_idx_checked(b, op, tpu_op_tensor(b, op, 2), dim, size, rule);
   tpu_val_t r = tpu_idx_scatter_dim(b, tpu_op_tensor(b, op, 0), dim, idx, tpu_idx_scatter_src(b, op, in.dtype), body);
   return tpu_idx_one(r, outs, nouts);
@@ -610,7 +618,7 @@ static tpu_status_t* tpu_lower_scatter_reduce(tpu_builder_t* b, tpu_op_t* op, in
   const tpu_idx_reduce_t* red = tpu_idx_reduce_arg(b, op, 4, "scatter_reduce");
   if (!red || !tpu_idx_scatter_checks(b, op, dim, true, "scatter_reduce")) return NULL;
   int64_t size = in.rank ? in.dims[dim] : 1;
-  tpu_idx_rule_t rule = {false, TPU_IDX_MSG_BOUNDS_RT};
+  tpu_idx_rule_t rule = {false, TPU_IDX_MSG_BOUNDS_RT, NULL};
   tpu_val_t idx = tpu_idx_checked(b, op, tpu_op_tensor(b, op, 2), dim, size, rule);
   tpu_val_t src = tpu_op_tensor(b, op, 3);
   if (tpu_aval_numel(tpu_b_aval(b, idx)) == 0) return tpu_idx_one(tpu_op_tensor(b, op, 0), outs, nouts);
@@ -663,7 +671,7 @@ static tpu_status_t* tpu_lower_index_add(tpu_builder_t* b, tpu_op_t* op, int max
   (void)max_outs;
   tpu_aval_t in = tpu_op_aval(op, 0);
   int dim;
-  tpu_val_t idx = tpu_idx_along_args(b, op, &dim, (tpu_idx_rule_t){false, TPU_IDX_MSG_BOUNDS_RT}, "index_add");
+  tpu_val_t idx = tpu_idx_along_args(b, op, &dim, (tpu_idx_rule_t){false, TPU_IDX_MSG_BOUNDS_RT, NULL}, "index_add");
   if (tpu_op_aval(op, 3).dtype != in.dtype) {
     TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "index_add_(): self (%s) and source (%s) must have the same scalar type",
                tpu_dtype_name(in.dtype), tpu_dtype_name(tpu_op_aval(op, 3).dtype));
@@ -685,7 +693,7 @@ static tpu_status_t* tpu_lower_index_copy(tpu_builder_t* b, tpu_op_t* op, int ma
   (void)max_outs;
   tpu_aval_t in = tpu_op_aval(op, 0);
   int dim;
-  tpu_val_t idx = tpu_idx_along_args(b, op, &dim, (tpu_idx_rule_t){false, TPU_IDX_MSG_COPY}, "index_copy");
+  tpu_val_t idx = tpu_idx_along_args(b, op, &dim, (tpu_idx_rule_t){false, TPU_IDX_MSG_COPY, NULL}, "index_copy");
   if (tpu_op_aval(op, 3).dtype != in.dtype) {
     TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "index_copy_(): self and source expected to have the same dtype, but got (self) %s and (source) %s",
                tpu_dtype_name(in.dtype), tpu_dtype_name(tpu_op_aval(op, 3).dtype));
@@ -700,7 +708,7 @@ static tpu_status_t* tpu_lower_index_reduce(tpu_builder_t* b, tpu_op_t* op, int 
   (void)max_outs;
   tpu_aval_t in = tpu_op_aval(op, 0);
   int dim;
-  tpu_val_t idx = tpu_idx_along_args(b, op, &dim, (tpu_idx_rule_t){false, TPU_IDX_MSG_SELF}, "index_reduce");
+  tpu_val_t idx = tpu_idx_along_args(b, op, &dim, (tpu_idx_rule_t){false, TPU_IDX_MSG_SELF, NULL}, "index_reduce");
   const char* s = tpu_op_kind(op, 4) == TPU_ARG_STRING ? tpu_op_arg(op, 4)->u.str : NULL;
   const tpu_idx_reduce_t* red = tpu_idx_find_reduce(s, 3, (int)TPU_ARRAY_LEN(tpu_idx_reduces));
   if (!red) {
@@ -728,7 +736,7 @@ static tpu_status_t* tpu_lower_index_fill(tpu_builder_t* b, tpu_op_t* op, int ma
   (void)max_outs;
   tpu_aval_t in = tpu_op_aval(op, 0);
   int dim;
-  tpu_val_t idx = tpu_idx_along_args(b, op, &dim, (tpu_idx_rule_t){true, TPU_IDX_MSG_BOUNDS}, "index_fill_");
+  tpu_val_t idx = tpu_idx_along_args(b, op, &dim, (tpu_idx_rule_t){true, TPU_IDX_MSG_BOUNDS, NULL}, "index_fill_");
   tpu_val_t v = tpu_idx_value_arg(b, op, 3, in.dtype, "index_fill_");
   tpu_val_t x = tpu_op_tensor(b, op, 0);
   if (!tpu_b_ok(b) || tpu_aval_numel(&in) == 0) return tpu_idx_one(x, outs, nouts);
@@ -1006,7 +1014,7 @@ static tpu_val_t tpu_adv_coords(tpu_builder_t* b, tpu_op_t* op, const tpu_aval_t
     if (!list->u.list.tensors[j].storage) continue;
     int d = (int)p->adv[k];
     tpu_val_t v = tpu_idx_checked(b, op, tpu_op_list_tensor(b, op, 1, j), d, self->dims[d],
-                                  (tpu_idx_rule_t){true, TPU_IDX_MSG_BOUNDS});
+                                  (tpu_idx_rule_t){true, TPU_IDX_MSG_BOUNDS, NULL});
     v = tpu_b_broadcast_to(b, v, p->nb, p->bdims);
     parts[k++] = tpu_b_reshape(b, v, p->nb + 1, d1);
   }
@@ -1155,7 +1163,7 @@ static tpu_status_t* tpu_lower_embedding_dense_backward(tpu_builder_t* b, tpu_op
   tpu_aval_t oa = tpu_aval_make(ct, 2, od);
   /* CPU drops such indices silently; the forward (index_select) raised for them
    * already, and a gradient for a row that does not exist is a bug: raise too. */
-  tpu_val_t idx = tpu_idx_checked(b, op, tpu_op_tensor(b, op, 1), 0, nw, (tpu_idx_rule_t){false, TPU_IDX_MSG_SELF});
+  tpu_val_t idx = tpu_idx_checked(b, op, tpu_op_tensor(b, op, 1), 0, nw, (tpu_idx_rule_t){false, TPU_IDX_MSG_SELF, NULL});
   if (k == 0 || nw == 0 || dim == 0)
     return tpu_idx_one(tpu_b_convert(b, tpu_b_full(b, &oa, 0.0), ga.dtype), outs, nouts);
   idx = tpu_b_reshape(b, idx, 1, &k);
@@ -1175,6 +1183,61 @@ static tpu_status_t* tpu_lower_embedding_dense_backward(tpu_builder_t* b, tpu_op
   g = tpu_b_binary(b, "stablehlo.multiply", g, tpu_b_broadcast_in_dim(b, scale, 2, gd, &zero_dim));
   tpu_val_t r = tpu_idx_put_along(b, tpu_b_full(b, &oa, 0.0), 0, idx, g, "stablehlo.add");
   return tpu_idx_one(tpu_b_convert(b, r, ga.dtype), outs, nouts);
+}
+
+/* Checks of embedding_renorm_'s arguments, with ATen's messages. */
+static bool tpu_idx_renorm_args(tpu_builder_t* b, const tpu_aval_t* wa, const tpu_aval_t* ia) {
+  const char* ctx = "(while checking arguments for embedding_renorm_)";
+  if (ia->dtype != TPU_I64 && ia->dtype != TPU_I32) {
+    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "Expected tensor for argument #2 'indices' to have one of the following "
+               "scalar types: Long, Int; but got torch.%sTensor instead %s", tpu_dtype_scalar_type_name(ia->dtype), ctx);
+    return false;
+  }
+  if (wa->rank != 2) {
+    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "Expected 2-dimensional tensor, but got %d-dimensional tensor for argument "
+               "#1 'self' %s", (int)wa->rank, ctx);
+    return false;
+  }
+  if (!tpu_dtype_is_float(wa->dtype)) {
+    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "linalg.vector_norm: Expected a floating point or complex tensor as input. "
+               "Got %s", tpu_dtype_scalar_type_name(wa->dtype));
+    return false;
+  }
+  return true;
+}
+
+/* embedding_renorm(self, indices, max_norm, norm_type): every row of self that
+ * indices name (once, however often named; negatives wrap as self[i] does) whose
+ * norm_type-norm exceeds max_norm is scaled by max_norm / (norm + 1e-7), as ATen's
+ * CPU kernel does; the binding writes the result into self for embedding_renorm_.
+ * The norm is rounded to self's dtype first: ATen computes it as a tensor of it. */
+static tpu_status_t* tpu_lower_embedding_renorm(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs,
+                                                int* nouts) {
+  (void)max_outs;
+  tpu_aval_t wa = tpu_op_aval(op, 0), ia = tpu_op_aval(op, 1);
+  if (!tpu_idx_renorm_args(b, &wa, &ia)) return NULL;
+  int64_t v = wa.dims[0], k = tpu_aval_numel(&ia), one = 1, zero_dim = 0;
+  double max_norm = tpu_op_float(op, 2, 0.0);
+  char shape[96];
+  tpu_idx_rule_t rule = {true, TPU_IDX_MSG_SELECT, tpu_fmt_i64_list(shape, sizeof(shape), wa.rank, wa.dims)};
+  tpu_val_t idx = tpu_idx_checked(b, op, tpu_op_tensor(b, op, 1), 0, v, rule);
+  tpu_val_t self = tpu_op_tensor(b, op, 0);
+  if (k == 0 || tpu_aval_numel(&wa) == 0) return tpu_idx_one(self, outs, nouts);
+  tpu_dtype_t ct = tpu_dtype_opmath(wa.dtype);
+  tpu_aval_t va = tpu_aval_make(ct, 1, &v), ka = tpu_aval_make(ct, 1, &k);
+  tpu_val_t named = tpu_idx_put_along(b, tpu_b_full(b, &va, 0.0), 0, tpu_b_reshape(b, idx, 1, &k),
+                                      tpu_b_full(b, &ka, 1.0), NULL);
+  tpu_val_t w = tpu_b_convert(b, self, ct);
+  tpu_val_t norm = tpu_red_pnorm(b, tpu_b_unary(b, "stablehlo.abs", w), tpu_b_const(b, ct, tpu_op_float(op, 3, 2.0)),
+                                 1, &one);
+  norm = tpu_b_convert(b, tpu_b_convert(b, norm, wa.dtype), ct);
+  tpu_val_t over = tpu_b_binary(b, "stablehlo.and", tpu_b_compare(b, "GT", named, tpu_b_full(b, &va, 0.0)),
+                                tpu_b_compare(b, "GT", norm, tpu_b_full(b, &va, max_norm)));
+  tpu_val_t scale = tpu_b_binary(b, "stablehlo.divide", tpu_b_full(b, &va, max_norm),
+                                 tpu_b_binary(b, "stablehlo.add", norm, tpu_b_full(b, &va, 1e-7)));
+  scale = tpu_b_select(b, over, scale, tpu_b_full(b, &va, 1.0));
+  w = tpu_b_binary(b, "stablehlo.multiply", w, tpu_b_broadcast_in_dim(b, scale, 2, wa.dims, &zero_dim));
+  return tpu_idx_one(tpu_b_convert(b, w, wa.dtype), outs, nouts);
 }
 
 /* ================================================================= sorting */
@@ -1580,6 +1643,7 @@ const tpu_lowering_t tpu_lowerings_index[] = {
     {"_unsafe_index", tpu_lower_index},
     {"_unsafe_index_put", tpu_lower_index_put},
     {"embedding_dense_backward", tpu_lower_embedding_dense_backward},
+    {"embedding_renorm", tpu_lower_embedding_renorm},
     {"nonzero", tpu_lower_nonzero},
     {"nonzero_static", tpu_lower_nonzero_static},
     {"masked_select", tpu_lower_masked_select},

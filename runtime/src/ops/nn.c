@@ -61,7 +61,7 @@ static bool tpu_nn_mask(const tpu_op_t* op, int i, int k) {
   return a->u.list.bools[k];
 }
 
-static tpu_val_t tpu_nn_zeros(tpu_builder_t* b, tpu_dtype_t dtype, int rank, const int64_t* dims) {
+tpu_val_t tpu_nn_zeros(tpu_builder_t* b, tpu_dtype_t dtype, int rank, const int64_t* dims) {
   tpu_aval_t a = tpu_aval_make(dtype, rank, dims);
   return tpu_b_full(b, &a, 0);
 }
@@ -73,13 +73,6 @@ static int64_t tpu_nn_prod(int n, const int64_t* dims) {
 }
 
 /* ------------------------------------------------------- the canonical norm */
-
-typedef struct tpu_norm {
-  int64_t dims[4]; /* [P, G, K, S] */
-  int nred, nkeep;
-  int64_t red[4], keep[4];
-  tpu_dtype_t ct; /* compute dtype */
-} tpu_norm_t;
 
 static tpu_norm_t tpu_norm_make(int64_t p, int64_t g, int64_t k, int64_t s, unsigned red_mask, tpu_dtype_t in) {
   tpu_norm_t L;
@@ -94,30 +87,30 @@ static tpu_norm_t tpu_norm_make(int64_t p, int64_t g, int64_t k, int64_t s, unsi
   return L;
 }
 
-static int64_t tpu_norm_count(const tpu_norm_t* L) {
+int64_t tpu_norm_count(const tpu_norm_t* L) {
   int64_t n = 1;
   for (int i = 0; i < L->nred; ++i) n *= L->dims[L->red[i]];
   return n;
 }
 
 /* Any tensor in the canonical 4-d shape, in the compute dtype. */
-static tpu_val_t tpu_norm_x4(tpu_builder_t* b, tpu_val_t v, const tpu_norm_t* L) {
+tpu_val_t tpu_norm_x4(tpu_builder_t* b, tpu_val_t v, const tpu_norm_t* L) {
   return tpu_b_reshape(b, tpu_b_convert(b, v, L->ct), 4, L->dims);
 }
 
 /* A statistic (kept dims only) as a compute-dtype value of the kept shape. */
-static tpu_val_t tpu_norm_stat_in(tpu_builder_t* b, tpu_val_t v, const tpu_norm_t* L) {
+tpu_val_t tpu_norm_stat_in(tpu_builder_t* b, tpu_val_t v, const tpu_norm_t* L) {
   int64_t kd[4];
   for (int i = 0; i < L->nkeep; ++i) kd[i] = L->dims[L->keep[i]];
   return tpu_b_reshape(b, tpu_b_convert(b, v, L->ct), L->nkeep, kd);
 }
 
-static tpu_val_t tpu_norm_expand(tpu_builder_t* b, tpu_val_t kept, const tpu_norm_t* L) {
+tpu_val_t tpu_norm_expand(tpu_builder_t* b, tpu_val_t kept, const tpu_norm_t* L) {
   return tpu_b_broadcast_in_dim(b, kept, 4, L->dims, L->keep);
 }
 
 /* Affine parameter arg i ([G*K] elements) broadcast to 4-d; TPU_NOVAL if absent. */
-static tpu_val_t tpu_norm_param(tpu_builder_t* b, tpu_op_t* op, int i, const tpu_norm_t* L) {
+tpu_val_t tpu_norm_param(tpu_builder_t* b, tpu_op_t* op, int i, const tpu_norm_t* L) {
   if (tpu_op_kind(op, i) != TPU_ARG_TENSOR) return TPU_NOVAL;
   int64_t gk[2] = {L->dims[1], L->dims[2]}, bd[2] = {1, 2};
   tpu_val_t v = tpu_b_reshape(b, tpu_b_convert(b, tpu_op_tensor(b, op, i), L->ct), 2, gk);
@@ -131,13 +124,13 @@ static tpu_val_t tpu_norm_mean(tpu_builder_t* b, tpu_val_t x4, const tpu_norm_t*
   return tpu_red_div_hilo(b, hi, lo, tpu_ops_like(b, hi, (double)tpu_norm_count(L)));
 }
 
-static tpu_val_t tpu_norm_rstd(tpu_builder_t* b, tpu_val_t var, double eps) {
+tpu_val_t tpu_norm_rstd(tpu_builder_t* b, tpu_val_t var, double eps) {
   return tpu_b_unary(b, "stablehlo.rsqrt", tpu_nn_addc(b, var, eps));
 }
 
 /* y = (x - mean) * rstd * w + bias, with w4 / b4 optional (TPU_NOVAL). */
-static tpu_val_t tpu_norm_apply(tpu_builder_t* b, tpu_val_t x4, tpu_val_t mean, tpu_val_t rstd, tpu_val_t w4,
-                                tpu_val_t b4, const tpu_norm_t* L) {
+tpu_val_t tpu_norm_apply(tpu_builder_t* b, tpu_val_t x4, tpu_val_t mean, tpu_val_t rstd, tpu_val_t w4,
+                         tpu_val_t b4, const tpu_norm_t* L) {
   tpu_val_t y = tpu_nn_mul(b, tpu_nn_sub(b, x4, tpu_norm_expand(b, mean, L)), tpu_norm_expand(b, rstd, L));
   if (w4 != TPU_NOVAL) y = tpu_nn_mul(b, y, w4);
   if (b4 != TPU_NOVAL) y = tpu_nn_add(b, y, b4);
@@ -146,7 +139,7 @@ static tpu_val_t tpu_norm_apply(tpu_builder_t* b, tpu_val_t x4, tpu_val_t mean, 
 
 /* Batch statistics: mean and biased variance in the kept shape, as accurate as
  * double accumulation (corrected two-pass over compensated sums, reduce.h). */
-static void tpu_norm_stats(tpu_builder_t* b, tpu_val_t x4, const tpu_norm_t* L, tpu_val_t* mean, tpu_val_t* var) {
+void tpu_norm_stats(tpu_builder_t* b, tpu_val_t x4, const tpu_norm_t* L, tpu_val_t* mean, tpu_val_t* var) {
   tpu_val_t ss, ss_lo;
   tpu_red_moments(b, x4, L->nred, L->red, mean, &ss, &ss_lo);
   *var = tpu_red_div_hilo(b, ss, ss_lo, tpu_ops_like(b, ss, (double)tpu_norm_count(L)));
@@ -168,8 +161,8 @@ static tpu_val_t tpu_norm_dx(tpu_builder_t* b, tpu_val_t dy4, tpu_val_t xhat, tp
 /* Parameter gradients: sums over the non-parameter dims {0, 3} → [G, K], then
  * shaped as `rank`/`dims` in `dtype`. `mask` false gives zeros (PyTorch gives an
  * undefined tensor, which the runtime cannot return; autograd ignores it). */
-static tpu_val_t tpu_norm_param_grad(tpu_builder_t* b, tpu_val_t v4, bool mask, tpu_dtype_t dtype, int rank,
-                                     const int64_t* dims) {
+tpu_val_t tpu_norm_param_grad(tpu_builder_t* b, tpu_val_t v4, bool mask, tpu_dtype_t dtype, int rank,
+                              const int64_t* dims) {
   if (!mask) return tpu_nn_zeros(b, dtype, rank, dims);
   static const int64_t pd[2] = {0, 3};
   return tpu_b_convert(b, tpu_b_reshape(b, tpu_red_sum_accurate(b, v4, 2, pd), rank, dims), dtype);
@@ -177,14 +170,14 @@ static tpu_val_t tpu_norm_param_grad(tpu_builder_t* b, tpu_val_t v4, bool mask, 
 
 /* Dtype of mean/rstd outputs: f32 when a reduced-float input meets an f32
  * parameter (PyTorch's "mixed type"), otherwise the input's dtype. */
-static tpu_dtype_t tpu_norm_stat_dtype(const tpu_op_t* op, tpu_dtype_t in, int n, const int* params) {
+tpu_dtype_t tpu_norm_stat_dtype(const tpu_op_t* op, tpu_dtype_t in, int n, const int* params) {
   if (in != TPU_F16 && in != TPU_BF16) return in;
   for (int k = 0; k < n; ++k)
     if (tpu_op_kind(op, params[k]) == TPU_ARG_TENSOR && tpu_op_aval(op, params[k]).dtype == TPU_F32) return TPU_F32;
   return in;
 }
 
-static tpu_dtype_t tpu_norm_param_dtype(const tpu_op_t* op, int w, tpu_dtype_t dflt) {
+tpu_dtype_t tpu_norm_param_dtype(const tpu_op_t* op, int w, tpu_dtype_t dflt) {
   return tpu_op_kind(op, w) == TPU_ARG_TENSOR ? tpu_op_aval(op, w).dtype : dflt;
 }
 
@@ -211,7 +204,7 @@ static void tpu_norm_backward_outs(tpu_builder_t* b, const tpu_op_t* op, int mas
 }
 
 /* Checks that optional tensor arg i has exactly `numel` elements. */
-static bool tpu_norm_check_numel(tpu_builder_t* b, const tpu_op_t* op, int i, int64_t numel, const char* what) {
+bool tpu_norm_check_numel(tpu_builder_t* b, const tpu_op_t* op, int i, int64_t numel, const char* what) {
   if (tpu_op_kind(op, i) != TPU_ARG_TENSOR) return true;
   tpu_aval_t a = tpu_op_aval(op, i);
   if (tpu_aval_numel(&a) == numel) return true;
@@ -429,7 +422,7 @@ static const tpu_bn_form_t* tpu_bn_form(const tpu_op_t* op) {
   return NULL;
 }
 
-static bool tpu_bn_layout(tpu_builder_t* b, const tpu_aval_t* x, tpu_norm_t* L) {
+bool tpu_bn_layout(tpu_builder_t* b, const tpu_aval_t* x, tpu_norm_t* L) {
   if (x->rank < 2) {
     char s0[256];
     TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "batch_norm: expected 2D or higher input, but got input of shape %s",
@@ -441,8 +434,8 @@ static bool tpu_bn_layout(tpu_builder_t* b, const tpu_aval_t* x, tpu_norm_t* L) 
 }
 
 /* running = (1 - momentum) * running + momentum * stat, in the running tensor's dtype. */
-static tpu_val_t tpu_bn_update(tpu_builder_t* b, tpu_op_t* op, int i, tpu_val_t stat, double momentum,
-                               const tpu_norm_t* L) {
+tpu_val_t tpu_bn_update(tpu_builder_t* b, tpu_op_t* op, int i, tpu_val_t stat, double momentum,
+                        const tpu_norm_t* L) {
   tpu_val_t r = tpu_norm_stat_in(b, tpu_op_tensor(b, op, i), L);
   tpu_val_t v = tpu_nn_add(b, tpu_nn_mulc(b, r, 1.0 - momentum), tpu_nn_mulc(b, stat, momentum));
   return tpu_b_convert(b, v, tpu_op_aval(op, i).dtype);

@@ -752,6 +752,12 @@ static tpu_val_t tpu_red_vector_norm(tpu_builder_t* b, tpu_val_t a, tpu_val_t p,
   return tpu_b_select(b, tpu_red_eq_const(b, p, INFINITY), mx, r);
 }
 
+tpu_val_t tpu_red_pnorm(tpu_builder_t* b, tpu_val_t a, tpu_val_t p, int ndims, const int64_t* dims) {
+  tpu_rdims_t rd = {.n = ndims};
+  for (int i = 0; i < ndims; ++i) rd.d[i] = dims[i];
+  return tpu_red_vector_norm(b, a, p, &rd);
+}
+
 /* linalg_vector_norm(self, ord=2, dim?, keepdim, *, dtype?) and the norm overloads
  * (self, p?, dim, keepdim, *, dtype) / (self, p?, *, dtype) / (self, p). */
 static tpu_status_t* tpu_lower_norm(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
@@ -1026,6 +1032,7 @@ const tpu_lowering_t tpu_lowerings_reduce[] = {
     {"argmax", tpu_lower_argmax},
     {"argmin", tpu_lower_argmin},
     {"aminmax", tpu_lower_aminmax},
+    {"_aminmax", tpu_lower_aminmax}, /* the deprecated spelling: (self) and .dim(self, dim, keepdim) */
     {"any", tpu_lower_any},
     {"all", tpu_lower_all},
     {"count_nonzero", tpu_lower_count_nonzero},
@@ -1036,6 +1043,9 @@ const tpu_lowering_t tpu_lowerings_reduce[] = {
     {"logsumexp", tpu_lower_logsumexp},
     {"norm", tpu_lower_norm},
     {"linalg_vector_norm", tpu_lower_norm},
+    /* native_norm(self, p) and .ScalarOpt_dim_dtype(self, p?, dim, keepdim, dtype?):
+     * norm's argument layouts (ATen has it for sparse tensors; dense is norm). */
+    {"native_norm", tpu_lower_norm},
     {"cumsum", tpu_lower_cumsum},
     {"cumprod", tpu_lower_cumprod},
     {"logcumsumexp", tpu_lower_logcumsumexp},

@@ -39,4 +39,9 @@ tpu_val_t tpu_red_two_prod_err(tpu_builder_t* b, tpu_val_t x, tpu_val_t y, tpu_v
 void tpu_red_moments(tpu_builder_t* b, tpu_val_t x, int ndims, const int64_t* dims, tpu_val_t* out_mean,
                      tpu_val_t* out_ss, tpu_val_t* out_ss_lo);
 
+/* The p-norm of `a` (|x|, already in its compute dtype) over `dims` (sorted,
+ * removed): sum(a^p)^(1/p), max (p = inf), min (p = -inf) or the count of nonzeros
+ * (p = 0); p is a 0-d value of a's dtype. torch.linalg.vector_norm's definition. */
+tpu_val_t tpu_red_pnorm(tpu_builder_t* b, tpu_val_t a, tpu_val_t p, int ndims, const int64_t* dims);
+
 #endif
