@@ -1,6 +1,6 @@
 """The "tpu" c10d backend under torchrun (docs/distributed.md), one CPU-plugin device
-per process: every collective on tpu tensors and DDP parity with single-process
-training (2 processes with init_process_group() and no backend, under
+per process: every collective on tpu tensors, DDP (and SyncBatchNorm under DDP) parity
+with single-process training (2 processes with init_process_group() and no backend, under
 TORCH_DISTRIBUTED_DEBUG=DETAIL; 4 with "cpu:gloo,tpu:tpu"); FSDP2, DTensor tensor
 parallel and sequence parallel on a Llama-shaped block (2); FSDP2 mixed precision,
 distributed checkpoint and a 2-D (FSDP x TP) mesh (4); a dead or divergent rank raising
@@ -36,6 +36,7 @@ def test_collectives_and_ddp(nproc, backend, env, tmp_path):
     out = _torchrun("ddp.py", nproc, tmp_path, backend, **env)
     assert out.count("collectives OK") == nproc
     assert out.count("DDP OK") == nproc
+    assert out.count("SyncBN OK") == nproc
 
 
 def test_fsdp2_tensor_and_sequence_parallel(tmp_path):

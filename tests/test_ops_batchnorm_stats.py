@@ -11,9 +11,10 @@ forward + backward equal autograd of F.batch_norm on the whole batch.
 batch_norm_update_stats, _aminmax and embedding_renorm_ are compared with their CPU
 kernels; native_norm (sparse-only in ATen) with torch.linalg.vector_norm.
 
-Running stats: these schemas do not mark running_mean / running_var mutated, so the
-binding cannot write them back yet; the ops raise NotImplementedError when given
-them instead of silently not updating them (tested)."""
+Running stats: these schemas do not mark running_mean / running_var mutated, but
+the kernels update them in place, and so does tpu (the binding treats them as
+written; tested against CPU's batch_norm_update_stats and the whole batch's
+statistics)."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -165,18 +166,36 @@ def test_gather_stats_out():
     assert_same((o0, o1), (m, i))
 
 
-def test_running_stats_raise_instead_of_being_lost():
-    x = torch.randn(6, 3).to("tpu")
-    m, i = torch.batch_norm_stats(x, 1e-5)
-    rm, rv = torch.zeros(3, device="tpu"), torch.ones(3, device="tpu")
-    with pytest.raises(NotImplementedError, match="running_mean / running_var"):
-        torch.batch_norm_gather_stats_with_counts(x, m[None], i[None], rm, rv, 0.1, 1e-5,
-                                                  torch.tensor([6.0], device="tpu"))
-    with pytest.raises(NotImplementedError, match="running_mean / running_var"):
-        torch.batch_norm_gather_stats(x, m[None], i[None], rm, None, 0.1, 1e-5, 6)
-    with pytest.raises(NotImplementedError, match="running_mean / running_var"):
-        torch.batch_norm_update_stats(x, None, rv, 0.1)
-    assert rm.cpu().eq(0).all() and rv.cpu().eq(1).all()
+def test_running_stats_updated_in_place():
+    # aten's schemas do not mark running_mean / running_var mutated, but the kernels
+    # update them in place: so does tpu (the binding writes them back)
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(6, 3, 4, generator=g)
+    rm0, rv0 = torch.randn(3, generator=g), torch.rand(3, generator=g) + 0.5
+    rm, rv = rm0.clone(), rv0.clone()
+    torch.batch_norm_update_stats(x, rm, rv, 0.1)
+    rm_t, rv_t = rm0.to("tpu"), rv0.to("tpu")
+    out = torch.batch_norm_update_stats(x.to("tpu"), rm_t, rv_t, 0.1)
+    assert_same((rm_t, rv_t), (rm, rv))
+    assert_same(out, torch.batch_norm_update_stats(x, rm0.clone(), rv0.clone(), 0.1))
+    # gather: the ranks' (mean, invstd, count) of two chunks give the whole batch's
+    xs = (x[:2], x[2:])
+    stats = [torch.batch_norm_stats(c.to("tpu"), 1e-5) for c in xs]
+    mean = torch.stack([s[0] for s in stats])
+    invstd = torch.stack([s[1] for s in stats])
+    counts = torch.tensor([float(c.shape[0] * c.shape[2]) for c in xs], device="tpu")
+    xd = x.double().transpose(0, 1).reshape(3, -1)
+    want_rm = 0.9 * rm0.double() + 0.1 * xd.mean(1)
+    want_rv = 0.9 * rv0.double() + 0.1 * xd.var(1, unbiased=True)
+    for op in ("with_counts", "plain"):
+        rm_t, rv_t = rm0.to("tpu"), rv0.to("tpu")
+        if op == "with_counts":
+            torch.batch_norm_gather_stats_with_counts(x.to("tpu"), mean, invstd, rm_t, rv_t, 0.1, 1e-5, counts)
+        else:  # every rank with the same count (2 x 4 of one chunk: use equal chunks)
+            m2 = torch.stack([torch.batch_norm_stats(c.to("tpu"), 1e-5)[0] for c in (x[:3], x[3:])])
+            i2 = torch.stack([torch.batch_norm_stats(c.to("tpu"), 1e-5)[1] for c in (x[:3], x[3:])])
+            torch.batch_norm_gather_stats(x.to("tpu"), m2, i2, rm_t, rv_t, 0.1, 1e-5, 12)
+        assert_same((rm_t.double(), rv_t.double()), (want_rm, want_rv), scale=10)
 
 
 def _ref_backward_reduce(dy, x, mean, invstd, w):

@@ -5,7 +5,9 @@ concatenated batch (computed on CPU). argv[1] is the backend string of
 init_process_group, or "default" for none (cpu tensors over gloo and tpu tensors over tpu
 all the same). Under TORCH_DISTRIBUTED_DEBUG=DETAIL every collective above also passes
 the mismatch check, and at the end a shape mismatch on tpu and on cpu tensors must raise
-on every rank."""
+on every rank. Then SyncBatchNorm (convert_sync_batchnorm) in a small conv net under DDP
+must train exactly as plain BatchNorm on the concatenated batch in one process (its
+batch statistics, their gradients and the running stats span the ranks)."""
 import datetime
 import sys
 
@@ -21,6 +23,46 @@ def model_fn():
     torch.manual_seed(0)
     return torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Tanh(), torch.nn.Linear(32, 32),
                                torch.nn.Tanh(), torch.nn.Linear(32, 4))
+
+
+def bn_model_fn():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.BatchNorm2d(4),
+                               torch.nn.ReLU(), torch.nn.Conv2d(4, 2, 3), torch.nn.BatchNorm2d(2),
+                               torch.nn.Flatten(), torch.nn.Linear(2 * 3 * 3, 3))
+
+
+def sync_batchnorm_parity():
+    """DDP + SyncBatchNorm over the ranks' slices == BatchNorm on the whole batch."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    g = torch.Generator().manual_seed(2)
+    steps, per_rank = 3, 2 + r % 2  # uneven slices: ranks' counts differ
+    sizes = [2 + k % 2 for k in range(n)]
+    data = torch.randn(steps, sum(sizes), 3, 5, 5, generator=g)
+    target = torch.randn(steps, sum(sizes), 3, generator=g)
+    ref = bn_model_fn()
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+    model = DDP(torch.nn.SyncBatchNorm.convert_sync_batchnorm(bn_model_fn()).to("tpu"))
+    assert sum(isinstance(m, torch.nn.SyncBatchNorm) for m in model.modules()) == 2
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    lo = sum(sizes[:r])
+    sl = slice(lo, lo + per_rank)
+    for s in range(steps):
+        ref_opt.zero_grad()
+        # Each rank's loss is a sum over its samples / the whole batch: DDP's mean over
+        # ranks times n is then the reference's mean over the whole batch.
+        torch.nn.functional.mse_loss(ref(data[s]), target[s]).backward()
+        ref_opt.step()
+        opt.zero_grad()
+        out = model(data[s, sl].to("tpu"))
+        loss = torch.nn.functional.mse_loss(out, target[s, sl].to("tpu"), reduction="sum") * n / target[s].numel()
+        loss.backward()
+        opt.step()
+    for (name, p), q in zip(model.module.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-5, atol=1e-5, msg=name)
+    for (name, b), c in zip(model.module.named_buffers(), ref.buffers()):  # running stats, batch counts
+        torch.testing.assert_close(b.cpu(), c, rtol=1e-5, atol=1e-5, msg=name)
+    print(f"rank {r}/{n}: SyncBN OK", flush=True)
 
 
 def mismatch_raises(device):
@@ -83,6 +125,7 @@ def main():
     c = torch.ones(1)
     dist.all_reduce(c)
     assert c.item() == n
+    sync_batchnorm_parity()
     if dist.get_debug_level() == dist.DebugLevel.DETAIL:
         mismatch_raises("tpu")
         mismatch_raises("cpu")

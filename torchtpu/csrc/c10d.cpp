@@ -134,7 +134,10 @@ class TpuBackend final : public c10d::Backend {
                      [&](TensorLists& ho, Tensors& hi) { return host_->allgather(ho, hi, o); });
   }
   WorkPtr _allgather_base(at::Tensor& out, at::Tensor& in, const c10d::AllgatherOptions& o) override {
-    Tensors outs{out}, ins{in};
+    // As NCCL, any output of world_size x input's elements: SyncBatchNorm gathers
+    // (2C+1) values into a (1, world * (2C+1)) tensor, which gloo would split
+    // along dim 0. Flat views of both (the output's aliases it) suit every shape.
+    Tensors outs{out.is_contiguous() ? out.view({-1}) : out}, ins{in.reshape({-1})};
     return run("all_gather_into_tensor", OpType::_ALLGATHER_BASE, outs, ins,
                [&](Tensors& ho, Tensors& hi) { return host_->_allgather_base(ho[0], hi[0], o); });
   }

@@ -100,6 +100,25 @@ struct OpInfo {
 
 std::vector<int> return_aliases(const c10::FunctionSchema& schema, std::vector<bool>* arg_returned);
 
+// Arguments that an op mutates although its schema does not mark them (a!):
+// SyncBatchNorm's kernels update running_mean / running_var in place, as the
+// CPU and CUDA kernels do. Written back like marked ones (the lowering appends
+// their new values after its returns).
+bool mutated_unmarked(const std::string& schema_name, size_t i) {
+  struct Entry {
+    const char* name;
+    size_t first, last;  // the mutated argument range
+  };
+  static const Entry kEntries[] = {
+      {"aten::batch_norm_gather_stats", 3, 4},
+      {"aten::batch_norm_gather_stats_with_counts", 3, 4},
+      {"aten::batch_norm_update_stats", 1, 2},
+  };
+  for (const Entry& e : kEntries)
+    if (schema_name == e.name) return i >= e.first && i <= e.last;
+  return false;
+}
+
 std::unique_ptr<OpInfo> make_op_info(const c10::FunctionSchema& schema) {
   auto info = std::make_unique<OpInfo>();
   info->schema_name = schema.name();
@@ -107,7 +126,8 @@ std::unique_ptr<OpInfo> make_op_info(const c10::FunctionSchema& schema) {
   info->full = schema.name() + (info->overload.empty() ? "" : "." + info->overload);
   info->name = aten_base_name(schema.name());
   for (const c10::Argument& a : schema.arguments()) {
-    ArgInfo ai{unwrap_optional(a.real_type()), is_write(a), false, false, false};
+    const bool write = is_write(a) || mutated_unmarked(info->schema_name, info->args.size());
+    ArgInfo ai{unwrap_optional(a.real_type()), write, false, false, false};
     ai.out = ai.write && a.kwarg_only();
     ai.tensor_list = is_tensor_list_type(ai.type);
     ai.index_list = ai.tensor_list &&

@@ -15,7 +15,8 @@
  *
  * Running stats are not marked (a!) in these schemas but the kernels update them:
  * the new values are appended after the returns (README), one per defined one,
- * where the binding writes them back (tpu_bnst_append_running). */
+ * and the binding writes them back (torchtpu/csrc/fallback.cpp,
+ * mutated_unmarked). */
 #include "nn.h"
 
 #include <math.h>
@@ -47,17 +48,17 @@ static tpu_val_t tpu_bnst_channel(tpu_builder_t* b, tpu_op_t* op, int i, const t
 }
 
 /* Appends the running stats at args rm, rm + 1 updated with mean / unbiased var
- * (those that are defined). Their schemas do not mark them (a!), so the binding
- * makes room for them (max_outs) only where it writes them back; without that
- * room the update would be lost, so the op fails instead of training silently
- * without running stats. */
+ * (those that are defined). Their schemas do not mark them (a!): eager's binding
+ * makes room for them (max_outs) and writes them back, a compiled graph's node
+ * (functionalized by that schema) does not; there the update would be lost, so
+ * the op fails instead of training silently without running stats. */
 static void tpu_bnst_append_running(tpu_builder_t* b, tpu_op_t* op, int rm, tpu_val_t mean, tpu_val_t unbiased,
                                     double momentum, const tpu_norm_t* L, int max_outs, tpu_val_t* outs, int* n) {
   bool has_rm = tpu_op_kind(op, rm) == TPU_ARG_TENSOR, has_rv = tpu_op_kind(op, rm + 1) == TPU_ARG_TENSOR;
   if (*n + has_rm + has_rv > max_outs) {
     TPU_B_FAIL(b, TPU_UNIMPLEMENTED,
-               "%s: updating running_mean / running_var in place is not supported on tpu yet (the binding does not "
-               "write back arguments that the schema does not mark mutated); pass them as None",
+               "%s: updating running_mean / running_var in place is not supported in a compiled graph (the schema "
+               "does not mark them mutated); run the op eagerly or pass them as None",
                tpu_op_name(op));
     return;
   }
