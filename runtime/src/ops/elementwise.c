@@ -744,11 +744,17 @@ static tpu_val_t bin_gcd(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) {
   return res[1];
 }
 
-/* ATen's calc_lcm: g == 0 ? 0 : |x / g * y|, wrapping in the dtype. */
+/* ATen's calc_lcm: g == 0 ? 0 : |x / g * y|. C computes that in int for the
+ * narrower types (abs before the truncation: int8 lcm(-30, 7) = (int8)210 =
+ * -46), in the dtype (wrapping) for int32/int64. */
 static tpu_val_t bin_lcm(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) {
-  tpu_val_t g = bin_gcd(b, x, y), zero = ew_c(b, x, 0.0), is0 = ew_cmp(b, "EQ", g, zero);
+  tpu_dtype_t t = tpu_b_dtype(b, x), wt = tpu_dtype_size(t) < 4 ? TPU_I32 : t;
+  tpu_val_t g = tpu_b_convert(b, bin_gcd(b, x, y), wt);
+  x = tpu_b_convert(b, x, wt);
+  y = tpu_b_convert(b, y, wt);
+  tpu_val_t zero = ew_c(b, x, 0.0), is0 = ew_cmp(b, "EQ", g, zero);
   tpu_val_t l = ew_abs(b, ew_mul(b, ew_div(b, x, ew_sel(b, is0, ew_c(b, x, 1.0), g)), y));
-  return ew_sel(b, is0, zero, l);
+  return tpu_b_convert(b, ew_sel(b, is0, zero, l), t);
 }
 
 /* ----------------------------------------------------------- binary table */

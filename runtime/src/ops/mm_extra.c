@@ -71,6 +71,9 @@ static bool tpu_int8pack_check(tpu_builder_t* b, const tpu_op_t* op, const tpu_a
   if (!tpu_int8pack_dims(b, x, 2) || !tpu_int8pack_dims(b, w, 1)) return false;
   if (x->dtype != TPU_F32 && x->dtype != TPU_F16 && x->dtype != TPU_BF16)
     return tpu_int8pack_fail(b, "expect A to be either 32-bit or 16-bit float tensor.");
+  const tpu_arg_t* xa = tpu_op_arg(op, 0);
+  if (xa && xa->kind == TPU_ARG_TENSOR && x->rank == 2 && x->dims[1] > 1 && xa->u.tensor.strides[1] != 1)
+    return tpu_int8pack_fail(b, "A must be contiguous on the last dimension.");
   if (x->rank != 2) return tpu_int8pack_fail(b, "expect A to be 2D tensor.");
   if (w->dtype != TPU_I8) return tpu_int8pack_fail(b, "expect B to be int8 tensor.");
   const tpu_arg_t* wa = tpu_op_arg(op, 1);
