@@ -328,8 +328,10 @@ def test_fallback_elementwise_scalars_inplace_out():
 
 def test_fallback_unimplemented_names_aten_op():
     t = torch.arange(4.0).to("tpu")
-    with pytest.raises(NotImplementedError, match=r"Could not run 'aten::igamma.*' on the tpu device"):
-        torch.special.gammainc(t, t)
+    assert not torchtpu._C.op_supported("fake_quantize_per_tensor_affine_cachemask"), "pick another op"
+    with pytest.raises(NotImplementedError,
+                       match=r"Could not run 'aten::fake_quantize_per_tensor_affine_cachemask.*' on the tpu device"):
+        torch.fake_quantize_per_tensor_affine(t, 0.1, 0, -128, 127)
 
 
 def test_fallback_custom_op_unimplemented():
@@ -382,11 +384,12 @@ def test_cpu_fallback_opt_in():
         t = torch.arange(4.0).to("tpu")
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always")
-            y = torch.special.gammainc(t, t)
-            y2 = torch.special.gammainc(t, t)
+            y = torch.fake_quantize_per_tensor_affine(t, 0.3, 0, -128, 127)
+            y2 = torch.fake_quantize_per_tensor_affine(t, 0.3, 0, -128, 127)
         assert y.device.type == "tpu"
-        torch.testing.assert_close(y.cpu(), torch.special.gammainc(torch.arange(4.0), torch.arange(4.0)), equal_nan=True)
-        msgs = [str(x.message) for x in w if "igamma" in str(x.message)]
+        assert not torchtpu._C.op_supported("fake_quantize_per_tensor_affine_cachemask"), "pick another op"
+        torch.testing.assert_close(y.cpu(), torch.fake_quantize_per_tensor_affine(torch.arange(4.0), 0.3, 0, -128, 127))
+        msgs = [str(x.message) for x in w if "fake_quantize_per_tensor_affine" in str(x.message)]
         assert len(msgs) == 1, msgs
         assert torchtpu.metrics()["fallbacks"] >= 2
         print("OK")
@@ -400,8 +403,9 @@ def test_cpu_fallback_opt_in():
 def test_no_cpu_fallback_by_default():
     assert os.environ.get("TORCHTPU_CPU_FALLBACK") != "1"
     before = torchtpu.metrics()["fallbacks"]
+    assert not torchtpu._C.op_supported("fake_quantize_per_tensor_affine_cachemask"), "pick another op"
     with pytest.raises(NotImplementedError):
-        torch.special.gammainc(torch.ones(3, device="tpu"), torch.ones(3, device="tpu"))
+        torch.fake_quantize_per_tensor_affine(torch.ones(3, device="tpu"), 0.1, 0, -128, 127)
     assert torchtpu.metrics()["fallbacks"] == before
 
 

@@ -19,7 +19,10 @@
  * do what CUDA does and return a value. Likewise integer pow with a negative
  * Scalar exponent computes ATen's powi values (1, ±1 or 0) instead of raising:
  * the exponent is a runtime operand. */
-#include "common.h"
+#include "elementwise.h"
+
+#include "matmul.h"
+#include "matrix.h"
 
 #include <float.h>
 #include <math.h>
@@ -221,7 +224,8 @@ EW_MAP_FN(map_sinc) {
   tpu_val_t px = ew_mul(b, x, ew_c(b, x, M_PI));
   return ew_sel(b, ew_cmpc(b, "EQ", x, 0.0), ew_c(b, x, 1.0), ew_div(b, ew_un(b, "stablehlo.sine", px), px));
 }
-EW_MAP_FN(map_relu) { EW_UNUSED; return ew_max(b, x, ew_c(b, x, 0.0)); }
+tpu_val_t tpu_ew_relu(tpu_builder_t* b, tpu_val_t x) { return ew_max(b, x, ew_c(b, x, 0.0)); }
+EW_MAP_FN(map_relu) { EW_UNUSED; return tpu_ew_relu(b, x); }
 /* x * f(x) with f(-inf) = 0 (silu, mish, gelu, hardswish) is -inf * 0 = NaN at
  * -inf by the formula, but the function's limit there is 0 (-0.0, the sign of
  * x * 0 for every finite negative x): the defined value. (The CPU's answers at
@@ -298,13 +302,16 @@ static tpu_val_t ew_normal_cdf(tpu_builder_t* b, tpu_val_t x) {
   return ew_mul(b, ew_c(b, x, 0.5), ew_un(b, "chlo.erfc", ew_mul(b, x, ew_c(b, x, -M_SQRT1_2))));
 }
 
+tpu_val_t tpu_ew_gelu(tpu_builder_t* b, tpu_val_t x, bool tanh_approx) {
+  if (!tanh_approx) return ew_limit_at_neg_inf(b, x, ew_mul(b, x, ew_normal_cdf(b, x)));
+  tpu_val_t t = ew_un(b, "stablehlo.tanh", ew_gelu_inner(b, x));
+  return ew_limit_at_neg_inf(b, x, ew_mul(b, ew_mul(b, x, ew_c(b, x, 0.5)), ew_add(b, ew_c(b, x, 1.0), t)));
+}
+
 EW_MAP_FN(map_gelu) {
   (void)g;
   int mode = tpu_ew_gelu_mode(b, op, 1);
-  if (mode < 0) return TPU_NOVAL;
-  if (mode == 0) return ew_limit_at_neg_inf(b, x, ew_mul(b, x, ew_normal_cdf(b, x)));
-  tpu_val_t t = ew_un(b, "stablehlo.tanh", ew_gelu_inner(b, x));
-  return ew_limit_at_neg_inf(b, x, ew_mul(b, ew_mul(b, x, ew_c(b, x, 0.5)), ew_add(b, ew_c(b, x, 1.0), t)));
+  return mode < 0 ? TPU_NOVAL : tpu_ew_gelu(b, x, mode == 1);
 }
 
 EW_MAP_FN(map_gelu_backward) {
@@ -709,6 +716,47 @@ static tpu_val_t bin_prelu(tpu_builder_t* b, tpu_val_t x, tpu_val_t w) {
   return ew_sel(b, ew_cmpc(b, "GT", x, 0.0), x, ew_mul(b, w, x));
 }
 
+/* ATen's calc_gcd: Euclid on |x|, |y| (abs wraps at the minimum, so gcd can be
+ * negative only there, as on the CPU). A device loop while any element has a
+ * nonzero divisor; Euclid takes fewer steps than the Fibonacci index of the
+ * largest operand, under 100 for 64 bits. Carry: the divisor u and dividend v. */
+#define EW_GCD_MAX_STEPS 100
+
+static tpu_val_t ew_gcd_cond(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_val_t* in) {
+  (void)ctx, (void)k;
+  tpu_val_t m = ew_cmpc(b, "NE", in[0], 0.0);
+  int rank = tpu_b_rank(b, m);
+  int64_t dims[TPU_MAX_RANK];
+  for (int i = 0; i < rank; i++) dims[i] = i;
+  return rank ? tpu_b_reduce(b, m, tpu_b_const_i(b, TPU_BOOL, 0), rank, dims, "stablehlo.or") : m;
+}
+
+static void ew_gcd_body(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_val_t* in, tpu_val_t* out) {
+  (void)ctx, (void)k;
+  tpu_val_t u = in[0], v = in[1], live = ew_cmpc(b, "NE", u, 0.0);
+  out[0] = ew_sel(b, live, tpu_b_binary(b, "stablehlo.remainder", v, u), u);
+  out[1] = ew_sel(b, live, u, v);
+}
+
+static tpu_val_t bin_gcd(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) {
+  tpu_val_t init[2] = {ew_abs(b, x), ew_abs(b, y)}, res[2];
+  tpu_mx_while(b, EW_GCD_MAX_STEPS, 2, init, ew_gcd_cond, ew_gcd_body, NULL, res, NULL);
+  return res[1];
+}
+
+/* ATen's calc_lcm: g == 0 ? 0 : |x / g * y|. C computes that in int for the
+ * narrower types (abs before the truncation: int8 lcm(-30, 7) = (int8)210 =
+ * -46), in the dtype (wrapping) for int32/int64. */
+static tpu_val_t bin_lcm(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) {
+  tpu_dtype_t t = tpu_b_dtype(b, x), wt = tpu_dtype_size(t) < 4 ? TPU_I32 : t;
+  tpu_val_t g = tpu_b_convert(b, bin_gcd(b, x, y), wt);
+  x = tpu_b_convert(b, x, wt);
+  y = tpu_b_convert(b, y, wt);
+  tpu_val_t zero = ew_c(b, x, 0.0), is0 = ew_cmp(b, "EQ", g, zero);
+  tpu_val_t l = ew_abs(b, ew_mul(b, ew_div(b, x, ew_sel(b, is0, ew_c(b, x, 1.0), g)), y));
+  return tpu_b_convert(b, ew_sel(b, is0, zero, l), t);
+}
+
 /* ----------------------------------------------------------- binary table */
 
 typedef struct tpu_ew_binary {
@@ -753,7 +801,9 @@ typedef struct tpu_ew_binary {
   X("xlogy", NULL, bin_xlogy, EW_FLOAT, "xlogy_cpu")                                 \
   X("heaviside", NULL, bin_heaviside, EW_SAME_DTYPE, "heaviside_cpu")                \
   X("copysign", NULL, bin_copysign, EW_FLOAT, "copysign_cpu")                        \
-  X("_prelu_kernel", NULL, bin_prelu, EW_FLOAT_ONLY, "prelu_cpu")
+  X("_prelu_kernel", NULL, bin_prelu, EW_FLOAT_ONLY, "prelu_cpu")                    \
+  X("gcd", NULL, bin_gcd, EW_NO_FLOAT | EW_NO_BOOL, "gcd_cpu")                       \
+  X("lcm", NULL, bin_lcm, EW_NO_FLOAT | EW_NO_BOOL, "lcm_cpu")
 
 #define TPU_EW_BINARY_ROW(name, hlo, fn, flags, kernel) {name, hlo, fn, flags, kernel},
 static const tpu_ew_binary_t tpu_ew_binaries[] = {TPU_EW_BINARIES(TPU_EW_BINARY_ROW)};
@@ -866,6 +916,22 @@ static tpu_status_t* tpu_lower_sub(tpu_builder_t* b, tpu_op_t* op, int max_outs,
 static tpu_status_t* tpu_lower_rsub(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
   (void)max_outs;
   return tpu_ew_add_sub(b, op, 1, 0, true, outs, nouts);
+}
+
+/* _add_relu(self, other, alpha) = relu(self + alpha * other). ATen's add_relu
+ * takes self of int8..int64, float32 or float64 only (an internal assert on the
+ * CPU for the rest: RuntimeError). */
+static tpu_status_t* tpu_lower_add_relu(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
+  (void)max_outs;
+  tpu_dtype_t t = tpu_ew_arg_dtype(op, 0);
+  if (!((tpu_dtype_is_int(t) && tpu_dtype_is_signed(t)) || t == TPU_F32 || t == TPU_F64)) {
+    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "Unsupported datatype for add_relu:%s", tpu_mm_cpp_name(t));
+    return NULL;
+  }
+  tpu_status_t* st = tpu_ew_add_sub(b, op, 0, 1, false, outs, nouts);
+  if (st || !tpu_b_ok(b)) return st;
+  outs[0] = tpu_ew_relu(b, outs[0]);
+  return NULL;
 }
 
 /* div(self, other, rounding_mode=None|"trunc"|"floor") */
@@ -1208,6 +1274,7 @@ const tpu_lowering_t tpu_lowerings_elementwise[] = {
     {"add", tpu_lower_add},
     {"sub", tpu_lower_sub},
     {"rsub", tpu_lower_rsub},
+    {"_add_relu", tpu_lower_add_relu},
     {"div", tpu_lower_div},
     {"where", tpu_lower_where},
     {"clamp", tpu_lower_clamp},

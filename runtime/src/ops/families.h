@@ -13,6 +13,8 @@ extern const tpu_lowering_t tpu_lowerings_histogram[];
 /* torch.segment_reduce (segment.c). */
 extern const tpu_lowering_t tpu_lowerings_segment[];
 extern const tpu_lowering_t tpu_lowerings_matmul[];
+/* _int_mm, _weight_int8pack_mm, _compute_linear_combination (mm_extra.c). */
+extern const tpu_lowering_t tpu_lowerings_mm_extra[];
 extern const tpu_lowering_t tpu_lowerings_nn[];
 /* Fractional max pooling (fractional_pool.c). */
 extern const tpu_lowering_t tpu_lowerings_fractional_pool[];

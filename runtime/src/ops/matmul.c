@@ -6,6 +6,8 @@
  * PyTorch's CPU gemm; integer products stay in their type (wrapping like C). */
 #include "matmul.h"
 
+#include "elementwise.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -21,11 +23,11 @@ static const char* tpu_mm_type_name(tpu_dtype_t t) {
 
 /* The C++ type names of the mm dtype check ("expected m1 and m2 to have the
  * same dtype, but got: float != c10::BFloat16"). */
-static const char* tpu_mm_cpp_name(tpu_dtype_t t) {
+const char* tpu_mm_cpp_name(tpu_dtype_t t) {
   static const char* const names[TPU_DTYPE_COUNT] = {
       "bool",  "unsigned char", "signed char", "short int", "int", "long int", "c10::Half", "c10::BFloat16",
       "float", "double",        "c10::complex<float>", "c10::complex<double>"};
-  return (int)t >= 0 && t < TPU_DTYPE_COUNT ? names[t] : "?";
+  return (int)t >= 0 && t < TPU_DTYPE_COUNT && names[t] ? names[t] : "?";
 }
 
 /* Products are defined for real numbers and integers, not bool or complex. */
@@ -186,6 +188,25 @@ static tpu_status_t* tpu_lower_mm(tpu_builder_t* b, tpu_op_t* op, int max_outs, 
 static tpu_status_t* tpu_lower_addmm(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
   (void)max_outs;
   return tpu_lower_mm_like(b, op, 1, outs, nouts);
+}
+
+/* _addmm_activation(self, mat1, mat2, beta, alpha, use_gelu): addmm, then relu
+ * or gelu of the rounded result, as ATen's CPU kernel (addmm_out, then relu_ or
+ * gelu_ with the exact erf form; only CUDA's cuBLASLt epilogue uses tanh). */
+static tpu_status_t* tpu_lower_addmm_activation(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs,
+                                                int* nouts) {
+  (void)max_outs;
+  tpu_status_t* st = tpu_lower_mm_like(b, op, 1, outs, nouts);
+  if (st || !tpu_b_ok(b)) return st;
+  tpu_dtype_t t = tpu_b_dtype(b, outs[0]);
+  if (!tpu_op_bool(op, 5, false)) {
+    outs[0] = tpu_ew_relu(b, outs[0]);
+  } else if (!tpu_dtype_is_float(t)) {
+    TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "\"GeluKernelImpl\" not implemented for '%s'", tpu_mm_type_name(t));
+  } else {
+    outs[0] = tpu_b_convert(b, tpu_ew_gelu(b, tpu_b_convert(b, outs[0], tpu_dtype_opmath(t)), false), t);
+  }
+  return NULL;
 }
 
 /* bmm(self, mat2) and baddbmm(self, batch1, batch2, beta, alpha). */
@@ -706,6 +727,7 @@ static tpu_status_t* tpu_lower_convolution_backward_overrideable(tpu_builder_t* 
 const tpu_lowering_t tpu_lowerings_matmul[] = {
     {"mm", tpu_lower_mm},
     {"addmm", tpu_lower_addmm},
+    {"_addmm_activation", tpu_lower_addmm_activation},
     {"bmm", tpu_lower_bmm},
     {"baddbmm", tpu_lower_baddbmm},
     {"addbmm", tpu_lower_addbmm},

@@ -5,6 +5,9 @@
 
 #include "common.h"
 
+/* The C++ type name of dtype t, as PyTorch's TypeMeta prints it in messages
+ * ("float", "c10::BFloat16"). */
+const char* tpu_mm_cpp_name(tpu_dtype_t t);
 /* The accumulate dtype of a product of `t`s: f32 for f16/bf16, else t. */
 tpu_dtype_t tpu_mm_acc_dtype(tpu_dtype_t t);
 /* x @ y contracting x's dim x_contract with y's y_contract, batched over the

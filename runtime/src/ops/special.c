@@ -1,5 +1,5 @@
 /* Lowerings: special family — gamma-type functions (lgamma, digamma, polygamma,
- * mvlgamma, zeta), modified Bessel functions (i0, i0e, i1, i1e), the normal
+ * mvlgamma, zeta, igamma/igammac via igamma.c), modified Bessel functions (i0, i0e, i1, i1e), the normal
  * distribution helpers (ndtri, log_ndtr, erfcx), entr, xlog1py, logaddexp(2).
  *
  * Ops are rows of two tables: unary (one tensor) and binary (two tensors or
@@ -278,6 +278,8 @@ static tpu_val_t sp_logaddexp_base(tpu_builder_t* b, tpu_val_t x, tpu_val_t y, b
 }
 static tpu_val_t sp_logaddexp(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) { return sp_logaddexp_base(b, x, y, false); }
 static tpu_val_t sp_logaddexp2(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) { return sp_logaddexp_base(b, x, y, true); }
+static tpu_val_t sp_igamma(tpu_builder_t* b, tpu_val_t a, tpu_val_t x) { return tpu_special_igamma(b, a, x, false); }
+static tpu_val_t sp_igammac(tpu_builder_t* b, tpu_val_t a, tpu_val_t x) { return tpu_special_igamma(b, a, x, true); }
 
 /* ------------------------------------------------------------------ dtypes */
 
@@ -367,6 +369,8 @@ static const sp_binary_t sp_binaries[] = {
     {"logaddexp2", sp_logaddexp2, SP_NO_INT, "logaddexp2_cpu"},
     {"special_xlog1py", sp_xlog1py, 0, "xlog1py_cpu"},
     {"special_zeta", sp_zeta, SP_NO_HALF, "zeta_cpu"},
+    {"igamma", sp_igamma, SP_NO_INT, "igamma_cpu"},
+    {"igammac", sp_igammac, SP_NO_INT, "igammac_cpu"},
 };
 
 /* Arg i broadcast to `shape` in compute type ct: tensors cast to the common dtype
@@ -451,6 +455,8 @@ const tpu_lowering_t tpu_lowerings_special[] = {
     {"logaddexp2", tpu_lower_special_binary},
     {"special_xlog1py", tpu_lower_special_binary},
     {"special_zeta", tpu_lower_special_binary},
+    {"igamma", tpu_lower_special_binary},
+    {"igammac", tpu_lower_special_binary},
     {"polygamma", tpu_lower_polygamma},
     {"mvlgamma", tpu_lower_mvlgamma},
     {NULL, NULL},

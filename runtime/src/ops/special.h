@@ -56,4 +56,7 @@ tpu_val_t tpu_special_chbevl(tpu_builder_t* b, tpu_val_t y, const double* c, siz
 /* I0(x) and I1(x) (Cephes Chebyshev expansions, as ATen's Math.h). */
 tpu_val_t tpu_special_i0(tpu_builder_t* b, tpu_val_t x);
 tpu_val_t tpu_special_i1(tpu_builder_t* b, tpu_val_t x);
+/* The regularized incomplete gamma P(a, x), or Q(a, x) = 1 - P when upper
+ * (igamma.c), elementwise over a and x of one shape and float dtype. */
+tpu_val_t tpu_special_igamma(tpu_builder_t* b, tpu_val_t a, tpu_val_t x, bool upper);
 #endif
