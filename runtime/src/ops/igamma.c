@@ -42,14 +42,6 @@
 static double ig_eps(tpu_builder_t* b, tpu_val_t like) { return tpu_b_dtype(b, like) == TPU_F64 ? 0x1p-53 : 0x1p-24; }
 static double ig_tiny(tpu_builder_t* b, tpu_val_t like) { return tpu_b_dtype(b, like) == TPU_F64 ? 1e-300 : 1e-30; }
 
-/* Any element of the bool value m (a 0-d bool). */
-static tpu_val_t ig_any(tpu_builder_t* b, tpu_val_t m) {
-  int rank = tpu_b_rank(b, m);
-  int64_t dims[TPU_MAX_RANK];
-  for (int i = 0; i < rank; i++) dims[i] = i;
-  return rank ? tpu_b_reduce(b, m, tpu_b_const_i(b, TPU_BOOL, 0), rank, dims, "stablehlo.or") : m;
-}
-
 /* Horner evaluation of sum_k c[k] t^k. */
 static tpu_val_t ig_poly(tpu_builder_t* b, tpu_val_t t, const double* c, size_t n) {
   tpu_val_t s = sp_c(b, t, c[n - 1]);
@@ -91,7 +83,7 @@ enum { IG_S_A, IG_S_X, IG_S_R, IG_S_C, IG_S_SUM, IG_S_ACTIVE, IG_S_COUNT };
 
 static tpu_val_t ig_active_cond(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_val_t* in) {
   (void)k;
-  return ig_any(b, in[*(const int*)ctx]);
+  return tpu_mx_any(b, in[*(const int*)ctx]);
 }
 
 static void ig_series_body(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_val_t* in, tpu_val_t* out) {

@@ -162,3 +162,10 @@ tpu_val_t tpu_mx_block(tpu_builder_t* b, tpu_val_t x, int64_t rows, int64_t cols
   int r = tpu_b_rank(b, x);
   return tpu_mx_slice(b, tpu_mx_slice(b, x, r - 2, 0, rows), r - 1, 0, cols);
 }
+
+tpu_val_t tpu_mx_any(tpu_builder_t* b, tpu_val_t m) {
+  int rank = tpu_b_rank(b, m);
+  int64_t dims[TPU_MAX_RANK];
+  for (int i = 0; i < rank; i++) dims[i] = i;
+  return rank ? tpu_b_reduce(b, m, tpu_b_const_i(b, TPU_BOOL, 0), rank, dims, "stablehlo.or") : m;
+}

@@ -53,6 +53,8 @@ tpu_val_t tpu_mx_tri_pred(tpu_builder_t* b, const tpu_aval_t* shape, bool lower)
 tpu_val_t tpu_mx_slice(tpu_builder_t* b, tpu_val_t x, int dim, int64_t lo, int64_t hi);
 /* The leading rows x cols block of matrices x (batch..., >= rows, >= cols). */
 tpu_val_t tpu_mx_block(tpu_builder_t* b, tpu_val_t x, int64_t rows, int64_t cols);
+/* Any element of the bool value m true (a 0-d bool): a loop condition. */
+tpu_val_t tpu_mx_any(tpu_builder_t* b, tpu_val_t m);
 /* The sum of x over dim `dim` (that dim dropped). */
 tpu_val_t tpu_mx_sum(tpu_builder_t* b, tpu_val_t x, int dim);
 #endif

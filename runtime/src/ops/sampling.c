@@ -30,18 +30,9 @@ static tpu_val_t tpu_sm_bin(tpu_builder_t* b, const char* hlo, tpu_val_t x, tpu_
   return tpu_b_binary(b, hlo, x, y);
 }
 
-/* Any element of the bool tensor open (0-d). */
-static tpu_val_t tpu_sm_any_open(tpu_builder_t* b, tpu_val_t done) {
-  tpu_aval_t a = *tpu_b_aval(b, done);
-  int64_t dims[TPU_MAX_RANK];
-  for (int i = 0; i < a.rank; i++) dims[i] = i;
-  tpu_val_t open = tpu_b_unary(b, "stablehlo.not", done);
-  return tpu_b_reduce(b, open, tpu_b_const_i(b, TPU_BOOL, 0), a.rank, dims, "stablehlo.or");
-}
-
 static tpu_val_t tpu_sm_cond(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_val_t* in) {
   (void)ctx, (void)k;
-  return tpu_sm_any_open(b, in[1]);
+  return tpu_mx_any(b, tpu_b_unary(b, "stablehlo.not", in[1]));
 }
 
 /* ------------------------------------------------------------------ gamma */
