@@ -14,6 +14,8 @@ extern const tpu_lowering_t tpu_lowerings_histogram[];
 extern const tpu_lowering_t tpu_lowerings_segment[];
 extern const tpu_lowering_t tpu_lowerings_matmul[];
 extern const tpu_lowering_t tpu_lowerings_nn[];
+/* The legacy convolution overloads (conv_legacy.c). */
+extern const tpu_lowering_t tpu_lowerings_conv_legacy[];
 /* Fractional max pooling (fractional_pool.c). */
 extern const tpu_lowering_t tpu_lowerings_fractional_pool[];
 /* nn.MultiheadAttention / TransformerEncoderLayer fast paths (nn_transformer.c). */

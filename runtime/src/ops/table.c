@@ -10,7 +10,7 @@
 #define TPU_TABLE_SLOTS 2048 /* a power of two, well above the op count */
 
 static const tpu_lowering_t* const tpu_families[] = {
-    tpu_lowerings_creation, tpu_lowerings_elementwise, tpu_lowerings_reduce, tpu_lowerings_segment, tpu_lowerings_histogram, tpu_lowerings_matmul,
+    tpu_lowerings_creation, tpu_lowerings_elementwise, tpu_lowerings_reduce, tpu_lowerings_segment, tpu_lowerings_histogram, tpu_lowerings_matmul, tpu_lowerings_conv_legacy,
     tpu_lowerings_nn,       tpu_lowerings_nn_margin, tpu_lowerings_fractional_pool, tpu_lowerings_nn_transformer, tpu_lowerings_index, tpu_lowerings_embedding_bag,       tpu_lowerings_shape,  tpu_lowerings_grid_sample, tpu_lowerings_random,
     tpu_lowerings_amp, tpu_lowerings_fft, tpu_lowerings_special, tpu_lowerings_polynomial, tpu_lowerings_bessel, tpu_lowerings_linalg,
     tpu_lowerings_lu, tpu_lowerings_qr, tpu_lowerings_eigh, tpu_lowerings_svd, tpu_lowerings_matfn,
