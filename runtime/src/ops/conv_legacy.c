@@ -53,6 +53,17 @@ static const tpu_conv_legacy_t* tpu_conv_legacy_find(const tpu_op_t* op) {
   return NULL;
 }
 
+/* a with a leading batch dim of 1 when its rank is rank - 1 (an unbatched input). */
+static tpu_aval_t tpu_conv_batch1(const tpu_aval_t* a, int rank) {
+  tpu_aval_t r = *a;
+  if (a->rank == rank - 1) {
+    r.rank = rank;
+    r.dims[0] = 1;
+    memcpy(r.dims + 1, a->dims, sizeof(int64_t) * (size_t)a->rank);
+  }
+  return r;
+}
+
 /* The input as convolution's [N, C, S...]: a batch of one for an unbatched input. */
 static bool tpu_conv_legacy_input(tpu_builder_t* b, const tpu_conv_legacy_t* v, const tpu_aval_t* x, tpu_aval_t* x4) {
   *x4 = *x;
@@ -68,11 +79,7 @@ static bool tpu_conv_legacy_input(tpu_builder_t* b, const tpu_conv_legacy_t* v, 
     TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "%s", msg);
     return false;
   }
-  if (unbatched) {
-    x4->rank = x->rank + 1;
-    x4->dims[0] = 1;
-    memcpy(x4->dims + 1, x->dims, sizeof(int64_t) * (size_t)x->rank);
-  }
+  if (unbatched) *x4 = tpu_conv_batch1(x, x->rank + 1);
   return true;
 }
 
