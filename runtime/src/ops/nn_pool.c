@@ -606,7 +606,7 @@ TPU_NN_LOWERING(adaptive_max_pool) {
 /* adaptive_max_pool{2,3}d_backward(grad_output, self, indices) */
 TPU_NN_LOWERING(adaptive_max_pool_backward) {
   (void)max_outs;
-  return tpu_pool_scatter_grad(b, op, 0, 1, 2, outs, nouts);
+  return tpu_pool_scatter_grad(b, op, 0, 1, tpu_op_tensor(b, op, 2), outs, nouts);
 }
 
 /* ---------------------------------------------------------------- max unpool */
