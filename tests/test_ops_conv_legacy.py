@@ -309,7 +309,13 @@ def test_conv_legacy_errors():
         (lambda x, w: A.slow_conv_transpose2d(x, w, [3, 3], None, [1, 1], [0, 0], [1, 1], [1, 1]),
          (x, w.transpose(0, 1))),  # output_padding
         (lambda x, w: A.slow_conv_transpose2d(x, w, [3, 3]), (x[0, 0], w.transpose(0, 1))),
+        (lambda x, w: A.slow_conv_transpose3d(x, w, [1, 3, 3], None, [1, 2, 1], [0, 0, 0], [1, 1, 1], [1, 1, 1]),
+         (x[:, :, None], w.transpose(0, 1)[:, :, None])),
     ]
+    # grad_output not of the forward's output shape (7 x 7 here)
+    for g in (_rand(2, 3, 7, 6), _rand(2, 2, 7, 7), _rand(3, 7, 7)):
+        cases.append((lambda g, x, w: A._slow_conv2d_backward(g, x, w, [3, 3], [1, 1], [1, 1], [True] * 3),
+                      (g, x, w)))
     for fn, args in cases:
         with pytest.raises(Exception) as cpu:
             fn(*args)

@@ -109,15 +109,47 @@ static bool tpu_conv_legacy_weight(tpu_builder_t* b, const tpu_conv_legacy_t* v,
   return true;
 }
 
+/* Appends " <what>_<dim name>: v" for each spatial dim, as PyTorch's messages. */
+static int tpu_conv_legacy_fmt_dims(char* buf, size_t cap, const char* what, int nsp, const int64_t* v) {
+  static const char* names[3] = {"depth", "height", "width"};
+  int n = 0;
+  for (int i = 0; i < nsp && (size_t)n < cap; ++i)
+    n += snprintf(buf + n, cap - (size_t)n, " %s_%s: %" PRId64, what, names[3 - nsp + i], v[i]);
+  return n;
+}
+
 /* A transposed conv's output_padding must be below stride or dilation (the
  * slow_conv_transpose kernels' check; aten::convolution has none). */
 static bool tpu_conv_legacy_outpad(tpu_builder_t* b, const tpu_conv_params_t* p) {
   for (int i = 0; i < p->nsp; ++i) {
     if (p->output_padding[i] >= p->stride[i] && p->output_padding[i] >= p->dilation[i]) {
+      char s[512];
+      int n = tpu_conv_legacy_fmt_dims(s, sizeof(s), "output_padding", p->nsp, p->output_padding);
+      n += tpu_conv_legacy_fmt_dims(s + n, sizeof(s) - (size_t)n, "stride", p->nsp, p->stride);
+      tpu_conv_legacy_fmt_dims(s + n, sizeof(s) - (size_t)n, "dilation", p->nsp, p->dilation);
+      TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "output padding must be smaller than either stride or dilation, but got%s",
+                 s);
+      return false;
+    }
+  }
+  return true;
+}
+
+/* grad_output must have the forward's output shape (the slow_conv2d kernel's
+ * shape check, dim 1 first). */
+static bool tpu_conv_legacy_grad_shape(tpu_builder_t* b, const tpu_aval_t* ga, const tpu_aval_t* x4,
+                                       const tpu_aval_t* w4, const tpu_conv_params_t* p) {
+  int64_t want[TPU_MAX_RANK] = {x4->dims[0], w4->dims[0]};
+  for (int i = 0; i < p->nsp; ++i)
+    want[2 + i] = (x4->dims[2 + i] + 2 * p->padding[i] - p->dilation[i] * (w4->dims[2 + i] - 1) - 1) / p->stride[i] + 1;
+  int r = x4->rank;
+  for (int j = 0; j < r; ++j) {
+    int d = (j + 1) % r;
+    if (ga->rank != r || ga->dims[d] != want[d]) {
       TPU_B_FAIL(b, TPU_INVALID_ARGUMENT,
-                 "output padding must be smaller than either stride or dilation, but got output_padding %" PRId64
-                 " with stride %" PRId64 " and dilation %" PRId64,
-                 p->output_padding[i], p->stride[i], p->dilation[i]);
+                 "Expected a tensor of dimension %d and tensor.size[%d] == %" PRId64
+                 " but got: dimension %d and tensor.size[%d] = %" PRId64,
+                 r, d, want[d], ga->rank, d, d < ga->rank ? ga->dims[d] : 0);
       return false;
     }
   }
@@ -176,7 +208,9 @@ static tpu_status_t* tpu_lower_slow_conv2d_backward(tpu_builder_t* b, tpu_op_t* 
   const tpu_conv_legacy_t* v = tpu_conv_legacy_find(op);
   tpu_aval_t xa = tpu_op_aval(op, 1), wa = tpu_op_aval(op, 2), x4, w4;
   tpu_conv_params_t p;
-  if (!v || !tpu_conv_legacy_input(b, v, &xa, &x4) || !tpu_conv_legacy_read(b, op, v, 3, &x4, &wa, &w4, &p))
+  tpu_aval_t ga = tpu_op_aval(op, 0);
+  if (!v || !tpu_conv_legacy_input(b, v, &xa, &x4) || !tpu_conv_legacy_read(b, op, v, 3, &x4, &wa, &w4, &p) ||
+      !tpu_conv_legacy_grad_shape(b, &ga, &x4, &w4, &p))
     return NULL;
   bool mask[3];
   tpu_conv_mask(op, 6, mask);
