@@ -34,7 +34,7 @@ typedef struct tpu_conv_legacy {
 
 static const tpu_conv_legacy_t tpu_conv_legacies[] = {
     {"_conv_depthwise2d", 2, false, true, -1, 6, false, TPU_CL_BATCHED_ONLY, "Expected 4D input tensor, but got: %s"},
-    {"conv_depthwise3d", 3, false, true, -1, 6, false, TPU_CL_BATCHED_ONLY, "Input must be 5D, but got: %s"},
+    {"conv_depthwise3d", 3, false, true, -1, 6, false, TPU_CL_BATCHED_ONLY, "non-empty 5D tensor expected for input"},
     {"slow_conv3d_forward", 3, false, false, -1, -1, false, TPU_CL_BATCHED_ONLY,
      "non-empty 5D input tensor expected but got: %s"},
     {"slow_conv_dilated2d", 2, false, false, -1, 6, false, TPU_CL_SQUEEZE, "input must be 4D or 5D tensor but got %dD tensor"},
@@ -47,9 +47,10 @@ static const tpu_conv_legacy_t tpu_conv_legacies[] = {
     {"_slow_conv2d_backward", 2, false, false, -1, -1, true, TPU_CL_BATCHED_ONLY, "Expected 4D input tensor, but got: %s"},
 };
 
-static const tpu_conv_legacy_t* tpu_conv_legacy_find(const tpu_op_t* op) {
+static const tpu_conv_legacy_t* tpu_conv_legacy_find(tpu_builder_t* b, const tpu_op_t* op) {
   for (size_t i = 0; i < TPU_ARRAY_LEN(tpu_conv_legacies); ++i)
     if (strcmp(tpu_op_name(op), tpu_conv_legacies[i].name) == 0) return &tpu_conv_legacies[i];
+  TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "%s: not a legacy convolution", tpu_op_name(op));
   return NULL;
 }
 
@@ -71,7 +72,7 @@ static bool tpu_conv_legacy_input(tpu_builder_t* b, const tpu_conv_legacy_t* v, 
   if (x->rank != v->nsp + 2 && !unbatched) {
     char s[256], msg[400];
     tpu_fmt_i64_list(s, sizeof(s), x->rank, x->dims);
-    /* The message names the input's sizes (%s) or its rank (%d). */
+    /* The message names the input's sizes (%s), its rank (%d) or neither. */
     if (strstr(v->rank_msg, "%d"))
       snprintf(msg, sizeof(msg), v->rank_msg, x->rank);
     else
@@ -182,7 +183,7 @@ static bool tpu_conv_legacy_read(tpu_builder_t* b, const tpu_op_t* op, const tpu
 static tpu_status_t* tpu_lower_conv_legacy(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs,
                                            int* nouts) {
   (void)max_outs;
-  const tpu_conv_legacy_t* v = tpu_conv_legacy_find(op);
+  const tpu_conv_legacy_t* v = tpu_conv_legacy_find(b, op);
   tpu_aval_t xa = tpu_op_aval(op, 0), wa = tpu_op_aval(op, 1), x4, w4;
   tpu_conv_params_t p;
   if (!v || !tpu_conv_legacy_input(b, v, &xa, &x4) || !tpu_conv_legacy_read(b, op, v, 2, &x4, &wa, &w4, &p))
@@ -205,7 +206,7 @@ static tpu_status_t* tpu_lower_conv_legacy(tpu_builder_t* b, tpu_op_t* op, int m
 static tpu_status_t* tpu_lower_slow_conv2d_backward(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs,
                                                     int* nouts) {
   (void)max_outs;
-  const tpu_conv_legacy_t* v = tpu_conv_legacy_find(op);
+  const tpu_conv_legacy_t* v = tpu_conv_legacy_find(b, op);
   tpu_aval_t xa = tpu_op_aval(op, 1), wa = tpu_op_aval(op, 2), x4, w4;
   tpu_conv_params_t p;
   tpu_aval_t ga = tpu_op_aval(op, 0);
