@@ -657,8 +657,10 @@ static tpu_val_t tpu_conv_input_grad(tpu_builder_t* b, tpu_val_t dy, tpu_val_t w
 
 void tpu_conv_mask(const tpu_op_t* op, int i, bool mask[3]) {
   const tpu_arg_t* arg = tpu_op_arg(op, i);
-  for (int k = 0; k < 3; ++k)
-    mask[k] = !(arg && arg->kind == TPU_ARG_BOOL_LIST && k < arg->u.list.n) || arg->u.list.bools[k];
+  for (int k = 0; k < 3; ++k) {
+    bool given = arg && arg->kind == TPU_ARG_BOOL_LIST && k < arg->u.list.n;
+    mask[k] = given ? arg->u.list.bools[k] : true;
+  }
 }
 
 void tpu_conv_grads(tpu_builder_t* b, tpu_op_t* op, const tpu_conv_params_t* p, const bool mask[3],
