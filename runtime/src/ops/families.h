@@ -16,6 +16,8 @@ extern const tpu_lowering_t tpu_lowerings_matmul[];
 /* _int_mm, _weight_int8pack_mm, _compute_linear_combination (mm_extra.c). */
 extern const tpu_lowering_t tpu_lowerings_mm_extra[];
 extern const tpu_lowering_t tpu_lowerings_nn[];
+/* The legacy convolution overloads (conv_legacy.c). */
+extern const tpu_lowering_t tpu_lowerings_conv_legacy[];
 /* Fractional max pooling (fractional_pool.c). */
 extern const tpu_lowering_t tpu_lowerings_fractional_pool[];
 /* nn.MultiheadAttention / TransformerEncoderLayer fast paths (nn_transformer.c). */

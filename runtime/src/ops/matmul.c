@@ -443,16 +443,8 @@ static tpu_val_t tpu_conv_emit(tpu_builder_t* b, tpu_val_t lhs, tpu_val_t rhs, c
   return tpu_b_op1(b, "stablehlo.convolution", 2, ins, attrs, &out);
 }
 
-/* The static parameters of a PyTorch convolution. */
-typedef struct tpu_conv_params {
-  int nsp;
-  int64_t stride[TPU_MAX_RANK], padding[TPU_MAX_RANK], dilation[TPU_MAX_RANK], output_padding[TPU_MAX_RANK];
-  bool transposed;
-  int64_t groups;
-} tpu_conv_params_t;
-
 /* A conv parameter list: nsp values, or one value for every spatial dim. */
-static bool tpu_conv_param_list(tpu_builder_t* b, const tpu_op_t* op, int i, const char* name, int nsp, int64_t* out) {
+bool tpu_conv_param_list(tpu_builder_t* b, const tpu_op_t* op, int i, const char* name, int nsp, int64_t* out) {
   int64_t v[TPU_MAX_RANK];
   int n = tpu_op_ints(op, i, v, TPU_MAX_RANK);
   if (n != nsp && n != 1) {
@@ -486,6 +478,10 @@ static bool tpu_conv_read(tpu_builder_t* b, const tpu_op_t* op, int first, const
     return false;
   p->transposed = tpu_op_bool(op, first + 3, false);
   p->groups = tpu_op_int(op, first + 5, 1);
+  return tpu_conv_check(b, x, w, p);
+}
+
+bool tpu_conv_check(tpu_builder_t* b, const tpu_aval_t* x, const tpu_aval_t* w, const tpu_conv_params_t* p) {
   for (int i = 0; i < p->nsp; ++i) {
     const char* bad = p->stride[i] <= 0 ? "non-positive stride is not supported"
                       : p->padding[i] < 0 ? "negative padding is not supported"
@@ -624,8 +620,12 @@ static tpu_val_t tpu_conv_weight_grad(tpu_builder_t* b, tpu_val_t x, tpu_val_t d
   return tpu_b_slice(b, g, lo, hi, NULL);
 }
 
+tpu_val_t tpu_conv_apply(tpu_builder_t* b, tpu_val_t x, tpu_val_t w, const tpu_conv_params_t* p) {
+  return p->transposed ? tpu_conv_transposed(b, x, w, p) : tpu_conv_forward(b, x, w, p);
+}
+
 /* Adds bias [O] along dim 1. */
-static tpu_val_t tpu_conv_add_bias(tpu_builder_t* b, tpu_op_t* op, int i, tpu_val_t y) {
+tpu_val_t tpu_conv_add_bias(tpu_builder_t* b, tpu_op_t* op, int i, tpu_val_t y) {
   if (tpu_op_kind(op, i) != TPU_ARG_TENSOR) return y;
   const tpu_aval_t* ya = tpu_b_aval(b, y);
   tpu_aval_t ba = tpu_op_aval(op, i);
@@ -649,55 +649,58 @@ static tpu_status_t* tpu_lower_convolution(tpu_builder_t* b, tpu_op_t* op, int m
   tpu_conv_params_t p;
   if (!tpu_conv_read(b, op, 3, &xa, &wa, &p)) return NULL;
   tpu_val_t x = tpu_op_tensor(b, op, 0), w = tpu_op_tensor(b, op, 1);
-  tpu_val_t y = p.transposed ? tpu_conv_transposed(b, x, w, &p) : tpu_conv_forward(b, x, w, &p);
-  y = tpu_conv_add_bias(b, op, 2, y);
+  tpu_val_t y = tpu_conv_add_bias(b, op, 2, tpu_conv_apply(b, x, w, &p));
   outs[0] = tpu_b_convert(b, y, xa.dtype);
   *nouts = 1;
   return NULL;
 }
 
-/* convolution_backward[_overrideable](grad_output, input, weight, [bias_sizes,]
- * stride, padding, dilation, transposed, output_padding, groups, output_mask)
- * → (grad_input, grad_weight, grad_bias). Masked-off gradients are returned as
- * zeros of the right shape (the binding cannot return undefined tensors). */
-static tpu_status_t* tpu_lower_conv_backward_at(tpu_builder_t* b, tpu_op_t* op, int first, tpu_val_t* outs,
-                                                int* nouts) {
-  tpu_aval_t ga = tpu_op_aval(op, 0), xa = tpu_op_aval(op, 1), wa = tpu_op_aval(op, 2);
-  tpu_conv_params_t p;
-  if (!tpu_conv_read(b, op, first, &xa, &wa, &p)) return NULL;
-  const tpu_arg_t* mask_arg = tpu_op_arg(op, first + 6);
-  bool mask[3] = {true, true, true};
-  if (mask_arg && mask_arg->kind == TPU_ARG_BOOL_LIST)
-    for (int i = 0; i < 3 && i < mask_arg->u.list.n; ++i) mask[i] = mask_arg->u.list.bools[i];
+/* The conv's grad_input: the transposed conv of dy (or, for a transposed conv,
+ * the forward conv of dy). */
+static tpu_val_t tpu_conv_input_grad(tpu_builder_t* b, tpu_val_t dy, tpu_val_t w, const tpu_conv_params_t* p,
+                                     const tpu_aval_t* ga, const tpu_aval_t* xa, const tpu_aval_t* wa) {
+  if (p->transposed) {
+    /* output_padding may reach past the last window (allowed up to
+     * max(stride, dilation) - 1), so the forward conv of dy can be larger
+     * than the input: crop it to the input's sizes. */
+    tpu_val_t gx = tpu_conv_forward(b, dy, w, p);
+    int64_t lo[TPU_MAX_RANK] = {0};
+    return tpu_b_ok(b) ? tpu_b_slice(b, gx, lo, xa->dims, NULL) : TPU_NOVAL;
+  }
+  /* output_padding recovers the input sizes that the forward's floor lost. */
+  tpu_conv_params_t q = *p;
+  for (int i = 0; i < p->nsp; ++i) {
+    int64_t full = (ga->dims[2 + i] - 1) * p->stride[i] - 2 * p->padding[i] + p->dilation[i] * (wa->dims[2 + i] - 1) + 1;
+    q.output_padding[i] = xa->dims[2 + i] - full;
+  }
+  return tpu_conv_transposed(b, dy, w, &q);
+}
+
+void tpu_conv_mask(const tpu_op_t* op, int i, bool mask[3]) {
+  const tpu_arg_t* arg = tpu_op_arg(op, i);
+  for (int k = 0; k < 3; ++k) {
+    bool given = arg && arg->kind == TPU_ARG_BOOL_LIST && k < arg->u.list.n;
+    mask[k] = given ? arg->u.list.bools[k] : true;
+  }
+}
+
+void tpu_conv_grads(tpu_builder_t* b, tpu_op_t* op, const tpu_conv_params_t* p, const bool mask[3],
+                    const tpu_aval_t* xa, const tpu_aval_t* wa, tpu_val_t* outs) {
+  tpu_aval_t ga = tpu_op_aval(op, 0);
   tpu_val_t dy = tpu_op_tensor(b, op, 0);
-  tpu_dtype_t dt = xa.dtype;
+  tpu_dtype_t dt = xa->dtype;
   tpu_aval_t bias_aval = tpu_aval_make(dt, 1, &ga.dims[1]);
   tpu_val_t gx = TPU_NOVAL, gw = TPU_NOVAL;
   if (mask[0]) {
-    tpu_val_t w = tpu_op_tensor(b, op, 2);
-    if (p.transposed) {
-      /* output_padding may reach past the last window (allowed up to
-       * max(stride, dilation) - 1), so the forward conv of dy can be larger
-       * than the input: crop it to the input's sizes. */
-      gx = tpu_conv_forward(b, dy, w, &p);
-      int64_t lo[TPU_MAX_RANK] = {0};
-      if (tpu_b_ok(b)) gx = tpu_b_slice(b, gx, lo, xa.dims, NULL);
-    } else {
-      /* output_padding recovers the input sizes that the forward's floor lost. */
-      tpu_conv_params_t q = p;
-      for (int i = 0; i < p.nsp; ++i) {
-        int64_t full = (ga.dims[2 + i] - 1) * p.stride[i] - 2 * p.padding[i] + p.dilation[i] * (wa.dims[2 + i] - 1) + 1;
-        q.output_padding[i] = xa.dims[2 + i] - full;
-      }
-      gx = tpu_conv_transposed(b, dy, w, &q);
-    }
+    tpu_val_t w = tpu_b_reshape(b, tpu_op_tensor(b, op, 2), wa->rank, wa->dims);
+    gx = tpu_conv_input_grad(b, dy, w, p, &ga, xa, wa);
   }
   if (mask[1]) {
     tpu_val_t x = tpu_op_tensor(b, op, 1);
-    gw = p.transposed ? tpu_conv_weight_grad(b, dy, x, &p, &wa.dims[2]) : tpu_conv_weight_grad(b, x, dy, &p, &wa.dims[2]);
+    gw = p->transposed ? tpu_conv_weight_grad(b, dy, x, p, &wa->dims[2]) : tpu_conv_weight_grad(b, x, dy, p, &wa->dims[2]);
   }
-  outs[0] = mask[0] ? tpu_b_convert(b, gx, dt) : tpu_b_full(b, &xa, 0.0);
-  outs[1] = mask[1] ? tpu_b_convert(b, gw, dt) : tpu_b_full(b, &wa, 0.0);
+  outs[0] = mask[0] ? tpu_b_convert(b, gx, dt) : tpu_b_full(b, xa, 0.0);
+  outs[1] = mask[1] ? tpu_b_convert(b, gw, dt) : tpu_b_full(b, wa, 0.0);
   if (mask[2]) {
     int64_t dims[TPU_MAX_RANK], nd = 0;
     for (int i = 0; i < ga.rank; ++i)
@@ -708,6 +711,20 @@ static tpu_status_t* tpu_lower_conv_backward_at(tpu_builder_t* b, tpu_op_t* op, 
   } else {
     outs[2] = tpu_b_full(b, &bias_aval, 0.0);
   }
+}
+
+/* convolution_backward[_overrideable](grad_output, input, weight, [bias_sizes,]
+ * stride, padding, dilation, transposed, output_padding, groups, output_mask)
+ * → (grad_input, grad_weight, grad_bias). Masked-off gradients are returned as
+ * zeros of the right shape (the binding cannot return undefined tensors). */
+static tpu_status_t* tpu_lower_conv_backward_at(tpu_builder_t* b, tpu_op_t* op, int first, tpu_val_t* outs,
+                                                int* nouts) {
+  tpu_aval_t xa = tpu_op_aval(op, 1), wa = tpu_op_aval(op, 2);
+  tpu_conv_params_t p;
+  if (!tpu_conv_read(b, op, first, &xa, &wa, &p)) return NULL;
+  bool mask[3];
+  tpu_conv_mask(op, first + 6, mask);
+  tpu_conv_grads(b, op, &p, mask, &xa, &wa, outs);
   *nouts = 3;
   return NULL;
 }

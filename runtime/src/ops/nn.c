@@ -564,6 +564,7 @@ const tpu_lowering_t tpu_lowerings_nn[] = {
     {"max_pool3d_with_indices", tpu_lower_max_pool_with_indices},
     {"max_pool2d_with_indices_backward", tpu_lower_max_pool_with_indices_backward},
     {"max_pool3d_with_indices_backward", tpu_lower_max_pool_with_indices_backward},
+    {"max_pool2d_backward", tpu_lower_max_pool_backward},
     {"avg_pool2d", tpu_lower_avg_pool},
     {"avg_pool3d", tpu_lower_avg_pool},
     {"avg_pool2d_backward", tpu_lower_avg_pool_backward},
@@ -572,6 +573,11 @@ const tpu_lowering_t tpu_lowerings_nn[] = {
     {"_adaptive_avg_pool3d", tpu_lower_adaptive_avg_pool},
     {"_adaptive_avg_pool2d_backward", tpu_lower_adaptive_avg_pool_backward},
     {"_adaptive_avg_pool3d_backward", tpu_lower_adaptive_avg_pool_backward},
+    /* Same arguments as the underscored ops; reached through their out= overloads
+     * (the functional ones are composite and call the underscored ops). */
+    {"adaptive_avg_pool2d", tpu_lower_adaptive_avg_pool},
+    {"adaptive_avg_pool3d", tpu_lower_adaptive_avg_pool},
+    {"adaptive_avg_pool3d_backward", tpu_lower_adaptive_avg_pool_backward},
     {"adaptive_max_pool2d", tpu_lower_adaptive_max_pool},
     {"adaptive_max_pool3d", tpu_lower_adaptive_max_pool},
     {"adaptive_max_pool2d_backward", tpu_lower_adaptive_max_pool_backward},

@@ -95,6 +95,7 @@ TPU_NN_LOWERING(binary_cross_entropy_with_logits);
 /* ---- pooling (nn_pool.c) ---- */
 TPU_NN_LOWERING(max_pool_with_indices);
 TPU_NN_LOWERING(max_pool_with_indices_backward);
+TPU_NN_LOWERING(max_pool_backward);
 TPU_NN_LOWERING(avg_pool);
 TPU_NN_LOWERING(avg_pool_backward);
 TPU_NN_LOWERING(adaptive_avg_pool);

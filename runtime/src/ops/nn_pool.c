@@ -203,22 +203,28 @@ static char* tpu_pool_argmax_region(tpu_builder_t* b, tpu_dtype_t t) {
 
 /* ------------------------------------------------------------------ max pool */
 
+/* (max, argmax) of each window of arg `self` (geometry g): the values and the
+ * flat per-plane indices, both [P, *out]. */
+static void tpu_pool_argmax(tpu_builder_t* b, tpu_op_t* op, int self, const tpu_pool_t* g, tpu_val_t* res) {
+  tpu_dtype_t t = g->x.dtype;
+  int64_t flat[2] = {g->planes, 1};
+  for (int i = 0; i < g->nsp; ++i) flat[1] *= g->in[i];
+  tpu_val_t x = tpu_pool_planes(b, g, tpu_op_tensor(b, op, self), g->in);
+  tpu_aval_t ia = tpu_aval_make(TPU_I64, 2, flat);
+  tpu_val_t idx = tpu_pool_planes(b, g, tpu_b_iota(b, &ia, 1), g->in);
+  /* Padding never wins: -inf loses to every value, and on ties the largest index. */
+  tpu_val_t lowest = tpu_b_const(b, t, -INFINITY), past = tpu_b_const_i(b, TPU_I64, INT64_MAX);
+  tpu_val_t ins[4] = {tpu_pool_pad(b, g, x, 1, lowest), tpu_pool_pad(b, g, idx, 1, past), lowest, past};
+  tpu_pool_window(b, 2, ins, tpu_pool_argmax_region(b, t), 1, g, g->k, g->s, g->d, res);
+}
+
 /* max_pool{2,3}d_with_indices(self, kernel_size, stride, padding, dilation, ceil_mode) -> (out, indices) */
 TPU_NN_LOWERING(max_pool_with_indices) {
   (void)max_outs;
   tpu_pool_t g;
   if (!tpu_pool_geom(b, op, 0, 1, 4, 5, &g)) return NULL;
-  tpu_dtype_t t = g.x.dtype;
-  int64_t flat[2] = {g.planes, 1};
-  for (int i = 0; i < g.nsp; ++i) flat[1] *= g.in[i];
-  tpu_val_t x = tpu_pool_planes(b, &g, tpu_op_tensor(b, op, 0), g.in);
-  tpu_aval_t ia = tpu_aval_make(TPU_I64, 2, flat);
-  tpu_val_t idx = tpu_pool_planes(b, &g, tpu_b_iota(b, &ia, 1), g.in);
-  /* Padding never wins: -inf loses to every value, and on ties the largest index. */
-  tpu_val_t lowest = tpu_b_const(b, t, -INFINITY), past = tpu_b_const_i(b, TPU_I64, INT64_MAX);
-  tpu_val_t ins[4] = {tpu_pool_pad(b, &g, x, 1, lowest), tpu_pool_pad(b, &g, idx, 1, past), lowest, past};
   tpu_val_t res[2];
-  tpu_pool_window(b, 2, ins, tpu_pool_argmax_region(b, t), 1, &g, g.k, g.s, g.d, res);
+  tpu_pool_argmax(b, op, 0, &g, res);
   outs[0] = tpu_pool_unplane(b, &g, res[0], g.out);
   outs[1] = tpu_pool_unplane(b, &g, res[1], g.out);
   *nouts = 2;
@@ -243,10 +249,11 @@ static tpu_val_t tpu_pool_scatter_planes(tpu_builder_t* b, tpu_val_t upd, tpu_va
 }
 
 /* grad_input[plane, indices[plane, j]] += grad_output[plane, j], for the
- * max-pool family: (grad_output at `go`, self at `self`, indices at `ind`). */
-static tpu_status_t* tpu_pool_scatter_grad(tpu_builder_t* b, tpu_op_t* op, int go, int self, int ind, tpu_val_t* outs,
-                                           int* nouts) {
-  tpu_aval_t x = tpu_op_aval(op, self), ga = tpu_op_aval(op, go), ia = tpu_op_aval(op, ind);
+ * max-pool family: (grad_output at `go`, self at `self`, the indices `ind`). */
+static tpu_status_t* tpu_pool_scatter_grad(tpu_builder_t* b, tpu_op_t* op, int go, int self, tpu_val_t ind,
+                                           tpu_val_t* outs, int* nouts) {
+  if (!tpu_b_ok(b)) return NULL;
+  tpu_aval_t x = tpu_op_aval(op, self), ga = tpu_op_aval(op, go), ia = *tpu_b_aval(b, ind);
   int nsp = tpu_pool_nsp(op), lead = x.rank - nsp;
   if (lead != 1 && lead != 2) {
     TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "%s: Expected %dD or %dD (batch mode) tensor for input", tpu_op_name(op),
@@ -261,8 +268,8 @@ static tpu_status_t* tpu_pool_scatter_grad(tpu_builder_t* b, tpu_op_t* op, int g
     return NULL;
   }
   tpu_dtype_t ct = tpu_dtype_opmath(x.dtype);
-  tpu_val_t gi = tpu_pool_scatter_planes(b, tpu_b_convert(b, tpu_op_tensor(b, op, go), ct), tpu_op_tensor(b, op, ind),
-                                         planes, m, plane, "stablehlo.add");
+  tpu_val_t gi = tpu_pool_scatter_planes(b, tpu_b_convert(b, tpu_op_tensor(b, op, go), ct), ind, planes, m, plane,
+                                         "stablehlo.add");
   outs[0] = tpu_b_convert(b, tpu_b_reshape(b, gi, x.rank, x.dims), x.dtype);
   *nouts = 1;
   return NULL;
@@ -272,7 +279,30 @@ static tpu_status_t* tpu_pool_scatter_grad(tpu_builder_t* b, tpu_op_t* op, int g
  * ceil_mode, indices) */
 TPU_NN_LOWERING(max_pool_with_indices_backward) {
   (void)max_outs;
-  return tpu_pool_scatter_grad(b, op, 0, 1, 7, outs, nouts);
+  return tpu_pool_scatter_grad(b, op, 0, 1, tpu_op_tensor(b, op, 7), outs, nouts);
+}
+
+/* max_pool2d_backward(grad_output, self, kernel_size, stride, padding, dilation,
+ * ceil_mode): no indices are given, so the argmax is recomputed from self the
+ * way max_pool2d_with_indices finds it (first maximum, NaN wins). */
+TPU_NN_LOWERING(max_pool_backward) {
+  (void)max_outs;
+  tpu_pool_t g;
+  if (!tpu_pool_geom(b, op, 1, 2, 5, 6, &g)) return NULL;
+  tpu_aval_t ga = tpu_op_aval(op, 0);
+  int64_t want[TPU_MAX_RANK];
+  int lead = g.x.rank - g.nsp;
+  memcpy(want, g.x.dims, sizeof(int64_t) * (size_t)lead);
+  memcpy(want + lead, g.out, sizeof(int64_t) * (size_t)g.nsp);
+  if (ga.rank != g.x.rank || memcmp(ga.dims, want, sizeof(int64_t) * (size_t)ga.rank) != 0) {
+    char s0[256], s1[256];
+    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "%s: expected grad_output of size %s, but got %s", g.name,
+               tpu_nn_fmt_shape(s0, sizeof(s0), g.x.rank, want), tpu_nn_fmt_shape(s1, sizeof(s1), ga.rank, ga.dims));
+    return NULL;
+  }
+  tpu_val_t res[2];
+  tpu_pool_argmax(b, op, 1, &g, res);
+  return tpu_pool_scatter_grad(b, op, 0, 1, res[1], outs, nouts);
 }
 
 /* ------------------------------------------------------------------ avg pool */
@@ -576,7 +606,7 @@ TPU_NN_LOWERING(adaptive_max_pool) {
 /* adaptive_max_pool{2,3}d_backward(grad_output, self, indices) */
 TPU_NN_LOWERING(adaptive_max_pool_backward) {
   (void)max_outs;
-  return tpu_pool_scatter_grad(b, op, 0, 1, 2, outs, nouts);
+  return tpu_pool_scatter_grad(b, op, 0, 1, tpu_op_tensor(b, op, 2), outs, nouts);
 }
 
 /* ---------------------------------------------------------------- max unpool */

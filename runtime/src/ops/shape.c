@@ -12,6 +12,10 @@
 
 #include "index.h"
 
+#ifndef M_PI /* -std=c11 hides it */
+#define M_PI 3.14159265358979323846
+#endif
+
 static tpu_status_t* tpu_shape_one(tpu_val_t v, tpu_val_t* outs, int* nouts) {
   outs[0] = v;
   *nouts = 1;
@@ -398,7 +402,15 @@ static tpu_status_t* tpu_lower_pad(tpu_builder_t* b, tpu_op_t* op, int max_outs,
 
 /* *_AA: the antialiased resizes (interpolate(..., antialias=True)), whose filter
  * widens with the downscale factor. */
-typedef enum { TPU_UP_NEAREST, TPU_UP_NEAREST_EXACT, TPU_UP_LINEAR, TPU_UP_CUBIC, TPU_UP_LINEAR_AA, TPU_UP_CUBIC_AA } tpu_up_mode_t;
+typedef enum {
+  TPU_UP_NEAREST,
+  TPU_UP_NEAREST_EXACT,
+  TPU_UP_LINEAR,
+  TPU_UP_CUBIC,
+  TPU_UP_LINEAR_AA,
+  TPU_UP_CUBIC_AA,
+  TPU_UP_LANCZOS_AA
+} tpu_up_mode_t;
 
 typedef struct tpu_up_kind {
   const char* prefix; /* name without the trailing "Nd" / "Nd_backward" */
@@ -410,6 +422,7 @@ static const tpu_up_kind_t tpu_up_kinds[] = {
     {"upsample_linear", TPU_UP_LINEAR},    {"upsample_bilinear", TPU_UP_LINEAR},
     {"upsample_trilinear", TPU_UP_LINEAR}, {"upsample_bicubic", TPU_UP_CUBIC},
     {"_upsample_bilinear", TPU_UP_LINEAR_AA}, {"_upsample_bicubic", TPU_UP_CUBIC_AA},
+    {"_upsample_lanczos", TPU_UP_LANCZOS_AA},
 };
 
 /* PyTorch's compute_scales_value<T> (T float or double). */
@@ -455,24 +468,38 @@ static void tpu_up_cubic_coeffs(double t, double* c) {
 
 static int64_t tpu_up_clamp(int64_t v, int64_t hi) { return v < 0 ? 0 : (v > hi ? hi : v); }
 
-/* The antialias filters: triangle (bilinear) and Keys' cubic with a = -0.5
- * (bicubic), as ATen's separable AA kernels. */
-static double tpu_up_aa_filter(bool cubic, double x) {
+/* sin(pi x) / (pi x). */
+static double tpu_up_sinc(double x) {
+  if (x == 0) return 1;
+  x *= M_PI;
+  return sin(x) / x;
+}
+
+/* The antialias filters: triangle (bilinear), Keys' cubic with a = -0.5
+ * (bicubic) and Lanczos-3, sinc(x) sinc(x / 3) (lanczos), as ATen's separable
+ * AA kernels. Their support radius is tpu_up_aa_half. */
+static double tpu_up_aa_filter(tpu_up_mode_t mode, double x) {
   x = fabs(x);
-  if (!cubic) return x < 1 ? 1 - x : 0;
+  if (mode == TPU_UP_LINEAR_AA) return x < 1 ? 1 - x : 0;
+  if (mode == TPU_UP_LANCZOS_AA) return x < 3 ? tpu_up_sinc(x) * tpu_up_sinc(x / 3) : 0;
   const double a = -0.5;
   if (x < 1) return ((a + 2) * x - (a + 3)) * x * x + 1;
   if (x < 2) return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a;
   return 0;
 }
 
+/* ATen's interp_size / 2 of an antialias filter. */
+static double tpu_up_aa_half(tpu_up_mode_t mode) {
+  return mode == TPU_UP_LINEAR_AA ? 1.0 : mode == TPU_UP_CUBIC_AA ? 2.0 : 3.0;
+}
+
 /* The taps of one dim of an antialiased resize: every input pixel within the
  * filter's support (widened by the scale when downsampling), weights
  * normalised to sum 1; float math in float like ATen's kernel for float input. */
-static bool tpu_up_taps_aa(tpu_builder_t* b, tpu_taps_t* t, bool cubic, bool is_f64, bool align, bool has_scale,
+static bool tpu_up_taps_aa(tpu_builder_t* b, tpu_taps_t* t, tpu_up_mode_t mode, bool is_f64, bool align, bool has_scale,
                            double scale_arg, int64_t in, int64_t out) {
   double scale = tpu_up_area_scale(is_f64, align, has_scale, scale_arg, in, out);
-  double half = cubic ? 2.0 : 1.0; /* interp_size / 2 */
+  double half = tpu_up_aa_half(mode);
   double support = scale >= 1.0 ? half * scale : half;
   if (!is_f64) support = (double)(float)support;
   int ntaps = (int)ceil(support) * 2 + 1;
@@ -490,7 +517,7 @@ static bool tpu_up_taps_aa(tpu_builder_t* b, tpu_taps_t* t, bool cubic, bool is_
     for (int64_t j = 0; j < ntaps; ++j) {
       double arg = ((double)(j + xmin) - center + 0.5) * invscale;
       if (!is_f64) arg = (double)(((float)(j + xmin) - (float)center + 0.5f) * (float)invscale);
-      double w = j < xsize ? tpu_up_aa_filter(cubic, arg) : 0;
+      double w = j < xsize ? tpu_up_aa_filter(mode, arg) : 0;
       t->w[j * out + o] = is_f64 ? w : (double)(float)w;
       t->idx[j * out + o] = tpu_up_clamp(xmin + j, in - 1);
       total += t->w[j * out + o];
@@ -503,8 +530,8 @@ static bool tpu_up_taps_aa(tpu_builder_t* b, tpu_taps_t* t, bool cubic, bool is_
 /* The taps of one spatial dim (PyTorch's CPU kernels' index/weight formulas). */
 static bool tpu_up_taps(tpu_builder_t* b, tpu_taps_t* t, tpu_up_mode_t mode, bool is_f64, bool align, bool has_scale,
                         double scale, int64_t in, int64_t out) {
-  if (mode == TPU_UP_LINEAR_AA || mode == TPU_UP_CUBIC_AA)
-    return tpu_up_taps_aa(b, t, mode == TPU_UP_CUBIC_AA, is_f64, align, has_scale, scale, in, out);
+  if (mode == TPU_UP_LINEAR_AA || mode == TPU_UP_CUBIC_AA || mode == TPU_UP_LANCZOS_AA)
+    return tpu_up_taps_aa(b, t, mode, is_f64, align, has_scale, scale, in, out);
   int ntaps = mode == TPU_UP_CUBIC ? 4 : mode == TPU_UP_LINEAR ? 2 : 1;
   if (!tpu_taps_alloc(b, t, ntaps, in, out, ntaps > 1)) return false;
   if (mode == TPU_UP_NEAREST || mode == TPU_UP_NEAREST_EXACT) {
@@ -828,5 +855,6 @@ const tpu_lowering_t tpu_lowerings_shape[] = {
     TPU_SHAPE_UP("upsample_bicubic2d"),
     TPU_SHAPE_UP("_upsample_bilinear2d_aa"),
     TPU_SHAPE_UP("_upsample_bicubic2d_aa"),
+    TPU_SHAPE_UP("_upsample_lanczos2d_aa"),
     {NULL, NULL},
 };

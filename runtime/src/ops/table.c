@@ -17,6 +17,7 @@ static const tpu_lowering_t* const tpu_families[] = {
     tpu_lowerings_histogram,
     tpu_lowerings_matmul,
     tpu_lowerings_mm_extra,
+    tpu_lowerings_conv_legacy,
     tpu_lowerings_nn,
     tpu_lowerings_nn_margin,
     tpu_lowerings_nn_batchnorm_stats,
