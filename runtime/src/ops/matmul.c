@@ -13,14 +13,6 @@
 
 /* ------------------------------------------------------------ dtype names */
 
-/* PyTorch's ScalarType names ("Float"), as in its TORCH_CHECK messages. */
-static const char* tpu_mm_type_name(tpu_dtype_t t) {
-  static const char* const names[TPU_DTYPE_COUNT] = {
-      "Bool", "Byte", "Char", "Short", "Int", "Long", "Half", "BFloat16", "Float", "Double", "ComplexFloat",
-      "ComplexDouble"};
-  return (int)t >= 0 && t < TPU_DTYPE_COUNT ? names[t] : "Undefined";
-}
-
 /* The C++ type names of the mm dtype check ("expected m1 and m2 to have the
  * same dtype, but got: float != c10::BFloat16"). */
 const char* tpu_mm_cpp_name(tpu_dtype_t t) {
@@ -33,7 +25,7 @@ const char* tpu_mm_cpp_name(tpu_dtype_t t) {
 /* Products are defined for real numbers and integers, not bool or complex. */
 static bool tpu_mm_dtype_ok(tpu_builder_t* b, const char* kernel, tpu_dtype_t t) {
   if (t == TPU_BOOL || tpu_dtype_is_complex(t)) {
-    TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "\"%s\" not implemented for '%s'", kernel, tpu_mm_type_name(t));
+    TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "\"%s\" not implemented for '%s'", kernel, tpu_dtype_scalar_type_name(t));
     return false;
   }
   return true;
@@ -94,8 +86,8 @@ static bool tpu_mm_check_batches(tpu_builder_t* b, const tpu_aval_t* b1, const t
     return false;
   }
   if (b1->dtype != b2->dtype) {
-    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "expected scalar type %s but found %s", tpu_mm_type_name(b1->dtype),
-               tpu_mm_type_name(b2->dtype));
+    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "expected scalar type %s but found %s", tpu_dtype_scalar_type_name(b1->dtype),
+               tpu_dtype_scalar_type_name(b2->dtype));
     return false;
   }
   return tpu_mm_dtype_ok(b, "bmm", b1->dtype);
@@ -147,7 +139,7 @@ static tpu_val_t tpu_mm_epilogue(tpu_builder_t* b, tpu_op_t* op, int self_i, int
 static bool tpu_mm_check_self_dtype(tpu_builder_t* b, const tpu_aval_t* self, const tpu_aval_t* mat2) {
   if (self->dtype == mat2->dtype) return true;
   TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "self and mat2 must have the same dtype, but got %s and %s",
-             tpu_mm_type_name(self->dtype), tpu_mm_type_name(mat2->dtype));
+             tpu_dtype_scalar_type_name(self->dtype), tpu_dtype_scalar_type_name(mat2->dtype));
   return false;
 }
 
@@ -202,7 +194,7 @@ static tpu_status_t* tpu_lower_addmm_activation(tpu_builder_t* b, tpu_op_t* op, 
   if (!tpu_op_bool(op, 5, false)) {
     outs[0] = tpu_ew_relu(b, outs[0]);
   } else if (!tpu_dtype_is_float(t)) {
-    TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "\"GeluKernelImpl\" not implemented for '%s'", tpu_mm_type_name(t));
+    TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "\"GeluKernelImpl\" not implemented for '%s'", tpu_dtype_scalar_type_name(t));
   } else {
     outs[0] = tpu_b_convert(b, tpu_ew_gelu(b, tpu_b_convert(b, outs[0], tpu_dtype_opmath(t)), false), t);
   }
@@ -278,7 +270,7 @@ static tpu_status_t* tpu_lower_addmv(tpu_builder_t* b, tpu_op_t* op, int max_out
   }
   if (self.dtype != mat.dtype || mat.dtype != vec.dtype) {
     TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "addmv input tensors must have the same dtype, but got %s, %s, and %s",
-               tpu_mm_type_name(self.dtype), tpu_mm_type_name(mat.dtype), tpu_mm_type_name(vec.dtype));
+               tpu_dtype_scalar_type_name(self.dtype), tpu_dtype_scalar_type_name(mat.dtype), tpu_dtype_scalar_type_name(vec.dtype));
     return NULL;
   }
   if (!tpu_mm_dtype_ok(b, "addmv_impl_cpu", mat.dtype)) return NULL;
@@ -295,7 +287,7 @@ static tpu_status_t* tpu_lower_dot_like(tpu_builder_t* b, tpu_op_t* op, const ch
   }
   if (x.dtype != y.dtype) {
     TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "%s : expected both vectors to have same dtype, but found %s and %s", name,
-               tpu_mm_type_name(x.dtype), tpu_mm_type_name(y.dtype));
+               tpu_dtype_scalar_type_name(x.dtype), tpu_dtype_scalar_type_name(y.dtype));
     return NULL;
   }
   if (x.dims[0] != y.dims[0]) {
@@ -343,8 +335,8 @@ static tpu_status_t* tpu_lower_linalg_cross(tpu_builder_t* b, tpu_op_t* op, int 
     return NULL;
   }
   if (x.dtype != y.dtype) {
-    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "expected scalar type %s but found %s", tpu_mm_type_name(x.dtype),
-               tpu_mm_type_name(y.dtype));
+    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "expected scalar type %s but found %s", tpu_dtype_scalar_type_name(x.dtype),
+               tpu_dtype_scalar_type_name(y.dtype));
     return NULL;
   }
   if (x.dtype == TPU_BOOL) {
@@ -536,13 +528,13 @@ bool tpu_conv_check(tpu_builder_t* b, const tpu_aval_t* x, const tpu_aval_t* w, 
     }
   }
   if (!tpu_dtype_is_float(x->dtype) && !tpu_dtype_is_int(x->dtype)) {
-    TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "convolution is not implemented for '%s'", tpu_mm_type_name(x->dtype));
+    TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "convolution is not implemented for '%s'", tpu_dtype_scalar_type_name(x->dtype));
     return false;
   }
   if (x->dtype != w->dtype) {
     TPU_B_FAIL(b, TPU_INVALID_ARGUMENT,
-               "Input type (%s) and weight type (%s) should be the same", tpu_mm_type_name(x->dtype),
-               tpu_mm_type_name(w->dtype));
+               "Input type (%s) and weight type (%s) should be the same", tpu_dtype_scalar_type_name(x->dtype),
+               tpu_dtype_scalar_type_name(w->dtype));
     return false;
   }
   return true;
