@@ -164,7 +164,8 @@ static tpu_status_t* tpu_lower_batch_norm_gather_stats(tpu_builder_t* b, tpu_op_
   return NULL;
 }
 
-/* Backward's common inputs (grad_out arg 0, input arg 1, mean arg 2, invstd arg 3):
+/* Backward's common inputs (grad_out arg 0, input arg 1, mean arg 2, invstd arg 3,
+ * weight? arg 4, checked):
  * dy and x - mean in L's layout. */
 static bool tpu_bnst_backward_in(tpu_builder_t* b, tpu_op_t* op, tpu_aval_t* x, tpu_norm_t* L, tpu_val_t* dy4,
                                  tpu_val_t* xmu4, tpu_val_t* invstd) {
@@ -176,6 +177,7 @@ static bool tpu_bnst_backward_in(tpu_builder_t* b, tpu_op_t* op, tpu_aval_t* x, 
                tpu_nn_fmt_shape(s0, sizeof(s0), g.rank, g.dims), tpu_nn_fmt_shape(s1, sizeof(s1), x->rank, x->dims));
     return false;
   }
+  if (!tpu_norm_check_numel(b, op, 4, L->dims[1], "weight")) return false;
   tpu_val_t mean = tpu_bnst_channel(b, op, 2, L, "mean");
   *invstd = tpu_bnst_channel(b, op, 3, L, "invstd");
   *dy4 = tpu_norm_x4(b, tpu_op_tensor(b, op, 0), L);
@@ -195,9 +197,7 @@ static tpu_status_t* tpu_lower_batch_norm_backward_reduce(tpu_builder_t* b, tpu_
   tpu_aval_t x;
   tpu_norm_t L;
   tpu_val_t dy4, xmu4, invstd;
-  if (!tpu_bnst_backward_in(b, op, &x, &L, &dy4, &xmu4, &invstd) ||
-      !tpu_norm_check_numel(b, op, 4, L.dims[1], "weight"))
-    return NULL;
+  if (!tpu_bnst_backward_in(b, op, &x, &L, &dy4, &xmu4, &invstd)) return NULL;
   int64_t c = L.dims[1];
   bool input_g = tpu_op_bool(op, 5, true), weight_g = tpu_op_bool(op, 6, true), bias_g = tpu_op_bool(op, 7, true);
   tpu_val_t sum_dy = tpu_norm_param_grad(b, dy4, true, L.ct, 1, &c);
@@ -228,9 +228,7 @@ static tpu_status_t* tpu_lower_batch_norm_backward_elemt(tpu_builder_t* b, tpu_o
   tpu_aval_t x;
   tpu_norm_t L;
   tpu_val_t dy4, xmu4, invstd;
-  if (!tpu_bnst_backward_in(b, op, &x, &L, &dy4, &xmu4, &invstd) ||
-      !tpu_norm_check_numel(b, op, 4, L.dims[1], "weight"))
-    return NULL;
+  if (!tpu_bnst_backward_in(b, op, &x, &L, &dy4, &xmu4, &invstd)) return NULL;
   tpu_val_t inv_n = tpu_bnst_inv_total(b, op, &L);
   tpu_val_t mean_dy = tpu_nn_mul(b, tpu_bnst_channel(b, op, 5, &L, "sum_dy"), inv_n);
   tpu_val_t f1 = tpu_nn_mul(b, tpu_nn_mul(b, invstd, invstd),
