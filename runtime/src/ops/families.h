@@ -29,6 +29,8 @@ extern const tpu_lowering_t tpu_lowerings_nn_batchnorm_stats[];
 extern const tpu_lowering_t tpu_lowerings_index[];
 /* torch.unique / unique_consecutive, flat and over a dim (unique.c). */
 extern const tpu_lowering_t tpu_lowerings_unique[];
+/* Nested (jagged) tensors' dense <-> jagged conversions (jagged.c). */
+extern const tpu_lowering_t tpu_lowerings_jagged[];
 /* EmbeddingBag (embedding_bag.c). */
 extern const tpu_lowering_t tpu_lowerings_embedding_bag[];
 extern const tpu_lowering_t tpu_lowerings_shape[];

@@ -25,6 +25,7 @@ static const tpu_lowering_t* const tpu_families[] = {
     tpu_lowerings_nn_transformer,
     tpu_lowerings_index,
     tpu_lowerings_unique,
+    tpu_lowerings_jagged,
     tpu_lowerings_embedding_bag,
     tpu_lowerings_shape,
     tpu_lowerings_grid_sample,
@@ -89,7 +90,7 @@ static const char* const tpu_static_scalar_ops[] = {"arange", "linspace", "logsp
 /* Ops with data-dependent output shapes (see TPU_LOWER_DYNAMIC_SHAPE). */
 static const char* const tpu_dynamic_shape_ops[] = {"nonzero",    "masked_select",      "_unique",
                                                     "_unique2",   "unique_consecutive", "unique_dim",
-                                                    "unique_dim_consecutive"};
+                                                    "unique_dim_consecutive", "_padded_dense_to_jagged_forward"};
 
 /* Ops sized by their input's values (see TPU_LOWER_DATA_RANGE). */
 static const char* const tpu_data_range_ops[] = {"bincount"};
