@@ -1,6 +1,7 @@
 /* Lowerings: sampling family — the samplers behind torch.distributions that
  * need rejection: _standard_gamma (Gamma, Beta, Chi2, StudentT ... sample),
- * _sample_dirichlet, poisson and binomial.
+ * _sample_dirichlet, poisson and binomial; and _standard_gamma_grad, the
+ * gamma's reparameterized gradient (Gamma.rsample's backward).
  *
  * Each is a device while loop over the whole tensor: every iteration draws one
  * proposal per element that is still open and closes the accepted ones; the
@@ -20,6 +21,7 @@
 #include "matrix.h"
 #include "nn.h"
 #include "random.h"
+#include "special.h"
 
 /* Far beyond the expected iteration counts (about 1.1 per element for the
  * gamma, up to ~30 for a poisson rate just under 10). */
@@ -134,6 +136,77 @@ static tpu_status_t* tpu_lower__sample_dirichlet(tpu_builder_t* b, tpu_op_t* op,
   for (int i = 0; i < a.rank - 1; i++) keep[i] = i;
   tpu_val_t sum = tpu_b_broadcast_in_dim(b, tpu_nn_sum(b, x, 1, &last), a.rank, a.dims, keep);
   outs[0] = tpu_b_convert(b, tpu_nn_div(b, x, sum), a.dtype);
+  *nouts = 1;
+  return NULL;
+}
+
+/* --------------------------------------------- the gamma's reparameterization */
+
+/* Series carry: (r_n, h_n, sum r_n, sum r_n h_n, x, alpha); see tpu_gamma_grad. */
+static void tpu_gamma_grad_step(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_val_t* in, tpu_val_t* out) {
+  (void)ctx;
+  tpu_aval_t a = *tpu_b_aval(b, in[0]); /* a copy: the builder's avals move as it grows */
+  tpu_val_t n = tpu_b_convert(b, tpu_nn_addc(b, tpu_b_convert(b, k, TPU_F64), 1.0), a.dtype);
+  tpu_val_t an = tpu_nn_add(b, in[5], tpu_b_broadcast_in_dim(b, n, a.rank, a.dims, NULL));
+  tpu_val_t r = tpu_nn_mul(b, in[0], tpu_nn_div(b, in[4], an));
+  tpu_val_t h = tpu_nn_add(b, in[1], tpu_nn_div(b, tpu_sm_c(b, an, 1.0), an));
+  out[0] = r;
+  out[1] = h;
+  out[2] = tpu_nn_add(b, in[2], r);
+  out[3] = tpu_nn_add(b, in[3], tpu_nn_mul(b, r, h));
+  out[4] = in[4];
+  out[5] = in[5];
+}
+
+/* Until every term is below eps of its sum (the terms only shrink: x < alpha + 1). */
+static tpu_val_t tpu_gamma_grad_cond(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_val_t* in) {
+  (void)k;
+  double eps = *(const double*)ctx;
+  tpu_val_t big = tpu_b_compare(b, "GT", in[0], tpu_nn_mulc(b, tpu_b_unary(b, "stablehlo.abs", in[2]), eps));
+  return tpu_mx_any(b, big);
+}
+
+/* d x / d alpha for x ~ Gamma(alpha) at the sample x (implicit
+ * reparameterization): -(dP(alpha, x) / d alpha) / pdf(x). For x < alpha + 1 the
+ * series of P differentiated term by term, divided by the pdf in closed form:
+ * -[(log x - psi(alpha + 1)) sum r_n - sum r_n h_n] with r_0 = x / alpha,
+ * r_n = r_(n-1) x / (alpha + n), h_n = sum_(j <= n) 1 / (alpha + j). Above, a
+ * central difference of Q = igammac (accurate relative to Q there) over the
+ * pdf. Values in ct. */
+static tpu_val_t tpu_gamma_grad(tpu_builder_t* b, tpu_val_t alpha, tpu_val_t x) {
+  tpu_aval_t a = *tpu_b_aval(b, alpha);
+  tpu_val_t near = tpu_b_compare(b, "LT", x, tpu_nn_addc(b, alpha, 1.0));
+  /* series (inputs kept finite where it is not used) */
+  tpu_val_t xs = tpu_b_select(b, near, x, tpu_sm_c(b, x, 0.5)), as = tpu_b_select(b, near, alpha, tpu_sm_c(b, x, 1.0));
+  tpu_val_t r0 = tpu_nn_div(b, xs, as);
+  tpu_val_t init[6] = {r0, tpu_b_full(b, &a, 0.0), r0, tpu_b_full(b, &a, 0.0), xs, as}, res[6];
+  double eps = a.dtype == TPU_F64 ? 1e-17 : 1e-8;
+  tpu_mx_while(b, TPU_SAMPLE_MAX_ITERS, 6, init, tpu_gamma_grad_cond, tpu_gamma_grad_step, &eps, res, NULL);
+  tpu_val_t lead = tpu_nn_sub(b, tpu_b_unary(b, "stablehlo.log", xs), tpu_b_unary(b, "chlo.digamma", tpu_nn_addc(b, as, 1.0)));
+  tpu_val_t series = tpu_nn_sub(b, res[3], tpu_nn_mul(b, lead, res[2]));
+  /* central difference of Q, step 1% of min(alpha, sqrt alpha): Q's scale in alpha */
+  tpu_val_t h = tpu_nn_mulc(b, tpu_sm_bin(b, "stablehlo.minimum", alpha, tpu_b_unary(b, "stablehlo.sqrt", alpha)), 0.01);
+  tpu_val_t dq = tpu_nn_sub(b, tpu_special_igamma(b, tpu_nn_add(b, alpha, h), x, true),
+                            tpu_special_igamma(b, tpu_nn_sub(b, alpha, h), x, true));
+  tpu_val_t log_pdf = tpu_nn_sub(b, tpu_nn_sub(b, tpu_nn_mul(b, tpu_nn_addc(b, alpha, -1.0), tpu_b_unary(b, "stablehlo.log", x)), x),
+                                 tpu_b_unary(b, "chlo.lgamma", alpha));
+  tpu_val_t diff = tpu_nn_div(b, tpu_nn_div(b, dq, tpu_nn_mulc(b, h, 2.0)), tpu_b_unary(b, "stablehlo.exponential", log_pdf));
+  return tpu_b_select(b, near, series, diff);
+}
+
+/* _standard_gamma_grad(self = alpha, output = the sample x): Gamma.rsample's
+ * backward (autograd's formula for _standard_gamma). */
+static tpu_status_t* tpu_lower__standard_gamma_grad(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs,
+                                                    int* nouts) {
+  (void)max_outs;
+  tpu_val_t alpha;
+  if (!tpu_sm_float_arg(b, op, "_standard_gamma_grad_cpu", &alpha)) return NULL;
+  tpu_dtype_t t = tpu_op_aval(op, 0).dtype;
+  int args[2] = {0, 1};
+  tpu_aval_t shape;
+  if (!tpu_ops_broadcast_shape(b, op, 2, args, &shape)) return NULL;
+  tpu_val_t x = tpu_ops_bcast(b, tpu_b_convert(b, tpu_op_tensor(b, op, 1), tpu_b_dtype(b, alpha)), &shape);
+  outs[0] = tpu_b_convert(b, tpu_gamma_grad(b, tpu_ops_bcast(b, alpha, &shape), x), t);
   *nouts = 1;
   return NULL;
 }
@@ -370,6 +443,7 @@ static tpu_status_t* tpu_lower_binomial(tpu_builder_t* b, tpu_op_t* op, int max_
 
 const tpu_lowering_t tpu_lowerings_sampling[] = {
     {"_standard_gamma", tpu_lower__standard_gamma},
+    {"_standard_gamma_grad", tpu_lower__standard_gamma_grad},
     {"_sample_dirichlet", tpu_lower__sample_dirichlet},
     {"poisson", tpu_lower_poisson},
     {"binomial", tpu_lower_binomial},
