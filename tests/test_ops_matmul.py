@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tpu_testing import assert_raises_like, assert_same, check, check_grad
+from tpu_testing import assert_raises_like, assert_same, check, check_grad, check_like_cpu
 
 FLOATS = [torch.float32, torch.bfloat16, torch.float16]
 MM_DTYPES = FLOATS + [torch.int64, torch.int32]
@@ -257,3 +257,35 @@ def test_conv_module_unbatched():
     conv_t = torch.nn.Conv2d(3, 4, 3, padding=1).to("tpu")
     conv_t.load_state_dict(conv.state_dict())
     assert_same(conv_t(x.to("tpu")), expected)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.bool])
+def test_addr(dtype):
+    g = torch.Generator().manual_seed(3)
+    if dtype == torch.bool:
+        s, a, b = (torch.rand(*sh, generator=g) > 0.5 for sh in ((5, 10), (5,), (10,)))
+        for kw in (dict(), dict(beta=False), dict(beta=True, alpha=False)):
+            check(lambda s, a, b: torch.addr(s, a, b, **kw), s, a, b)
+        return
+    s, a, b = ((torch.randn(*sh, generator=g) * 5).to(dtype) for sh in ((5, 10), (5,), (10,)))
+    kw = dict(beta=2, alpha=3) if dtype == torch.int64 else dict(beta=0.6, alpha=0.2)
+    if dtype in (torch.bfloat16, torch.float16):
+        # one rounding in float32 (CPU's kernel rounds after each operation): no
+        # farther from float64 than CPU, and within the dtype's tolerance of it
+        t = torch.addr(s.to("tpu"), a.to("tpu"), b.to("tpu"), **kw).cpu().double()
+        f = torch.addr(s.double(), a.double(), b.double(), **kw)
+        c = torch.addr(s, a, b, **kw).double()
+        assert (t - f).abs().max() <= (c - f).abs().max()
+        assert_same(torch.addr(s.to("tpu"), a.to("tpu"), b.to("tpu"), **kw).double(), f.to(dtype).double(), scale=4)
+    else:
+        check(lambda s, a, b: torch.addr(s, a, b, **kw), s, a, b)
+        check(lambda s, a, b: torch.addr(s, a, b), s[0], a, b)  # self broadcast
+        check(lambda s, a, b: s.clone().addr_(a, b, **kw), s, a, b)
+        check(lambda s, a, b: torch.addr(s, a, b, out=torch.empty_like(s), **kw), s, a, b)
+    if dtype == torch.float32:
+        check(lambda s, a, b: torch.addr(s, a, b, beta=0), torch.full((5, 10), float("nan")), a, b)  # self ignored
+        check_grad(lambda s, a, b: torch.addr(s, a, b, beta=0.6, alpha=0.2), s, a, b)
+        check_like_cpu(lambda s, a, b: torch.addr(s, a, b, beta=True), s, a, b)
+        check_like_cpu(lambda s, a, b: torch.addr(s, a[None], b), s, a, b)
+    if dtype == torch.int64:
+        check_like_cpu(lambda s, a, b: torch.addr(s, a, b, beta=0.5), s, a, b)

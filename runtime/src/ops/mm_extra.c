@@ -1,5 +1,6 @@
-/* Lowerings: the int8 matmuls (_int_mm, _weight_int8pack_mm) and
- * _compute_linear_combination, products outside the mm family's dtype rules.
+/* Lowerings: the int8 matmuls (_int_mm, _weight_int8pack_mm),
+ * _compute_linear_combination and addr, products outside the mm family's
+ * dtype rules.
  *
  * Checks and messages are ATen's CPU kernels' (int_mm_out_cpu,
  * _weight_int8pack_mm_cpu), in their order. */
@@ -166,9 +167,74 @@ static tpu_status_t* tpu_lower_compute_linear_combination(tpu_builder_t* b, tpu_
   return NULL;
 }
 
+/* ---------------------------------------------------------------- addr */
+
+/* addr's Scalar checks (arg i named `name`): a float Scalar for an integral
+ * result, a bool one for a non-bool result. */
+static bool tpu_addr_scalar_ok(tpu_builder_t* b, const tpu_op_t* op, int i, const char* name, tpu_dtype_t t) {
+  const tpu_arg_t* a = tpu_op_arg(op, i);
+  if (!a || a->kind != TPU_ARG_SCALAR) return true;
+  tpu_dtype_t k = a->u.scalar.dtype;
+  if (t != TPU_BOOL && k == TPU_BOOL) {
+    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "Boolean %s only supported for Boolean results.", name);
+    return false;
+  }
+  if ((tpu_dtype_is_int(t) || t == TPU_BOOL) && (tpu_dtype_is_float(k) || tpu_dtype_is_complex(k))) {
+    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "For integral input tensors, argument %s must not be a floating point number.",
+               name);
+    return false;
+  }
+  return true;
+}
+
+/* addr(self, vec1, vec2, *, beta=1, alpha=1) = beta self + alpha vec1 vec2^T,
+ * in op math with one rounding (ATen's CPU kernel rounds after each
+ * operation); beta == 0 ignores self (NaN in it does not propagate). For bool:
+ * (beta and self) or (alpha and vec1 and vec2). */
+static tpu_status_t* tpu_lower_addr(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
+  (void)max_outs;
+  tpu_aval_t v1 = tpu_op_aval(op, 1), v2 = tpu_op_aval(op, 2);
+  for (int i = 0; i < 2; i++) {
+    const tpu_aval_t* v = i ? &v2 : &v1;
+    if (v->rank != 1) {
+      TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "addr: Expected 1-D argument vec%d, but got %d-D", i + 1, v->rank);
+      return NULL;
+    }
+  }
+  int args[3] = {0, 1, 2};
+  tpu_dtype_t t = tpu_ops_result_type(op, 3, args);
+  if (!tpu_addr_scalar_ok(b, op, 3, "beta", t) || !tpu_addr_scalar_ok(b, op, 4, "alpha", t)) return NULL;
+  int64_t nm[2] = {v1.dims[0], v2.dims[0]}, d0 = 0, d1 = 1;
+  tpu_aval_t shape = tpu_aval_make(t, 2, nm), self = tpu_op_aval(op, 0);
+  bool fits = self.rank <= 2;
+  for (int i = 0; fits && i < self.rank; i++) {
+    int64_t d = self.dims[self.rank - 1 - i];
+    fits = d == 1 || d == nm[1 - i];
+  }
+  if (!fits) {
+    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "The expanded size of self does not match the outer product of vec1 and vec2");
+    return NULL;
+  }
+  tpu_dtype_t ct = t == TPU_BOOL ? TPU_BOOL : tpu_dtype_opmath(t);
+  tpu_val_t s = tpu_ops_bcast(b, tpu_b_convert(b, tpu_op_tensor(b, op, 0), ct), &shape);
+  tpu_val_t a = tpu_b_broadcast_in_dim(b, tpu_b_convert(b, tpu_op_tensor(b, op, 1), ct), 2, nm, &d0);
+  tpu_val_t c = tpu_b_broadcast_in_dim(b, tpu_b_convert(b, tpu_op_tensor(b, op, 2), ct), 2, nm, &d1);
+  tpu_val_t beta = tpu_b_broadcast_in_dim(b, tpu_op_scalar(b, op, 3, ct), 2, nm, NULL);
+  tpu_val_t alpha = tpu_b_broadcast_in_dim(b, tpu_op_scalar(b, op, 4, ct), 2, nm, NULL);
+  const char* mul = ct == TPU_BOOL ? "stablehlo.and" : "stablehlo.multiply";
+  tpu_val_t outer = tpu_b_binary(b, mul, alpha, tpu_b_binary(b, mul, a, c));
+  tpu_val_t scaled = tpu_b_binary(b, mul, beta, s);
+  tpu_val_t r = tpu_b_binary(b, ct == TPU_BOOL ? "stablehlo.or" : "stablehlo.add", scaled, outer);
+  if (ct != TPU_BOOL) r = tpu_b_select(b, tpu_b_compare(b, "EQ", beta, tpu_ops_like(b, beta, 0.0)), outer, r);
+  outs[0] = tpu_b_convert(b, r, t);
+  *nouts = 1;
+  return NULL;
+}
+
 const tpu_lowering_t tpu_lowerings_mm_extra[] = {
     {"_int_mm", tpu_lower_int_mm},
     {"_weight_int8pack_mm", tpu_lower_weight_int8pack_mm},
     {"_compute_linear_combination", tpu_lower_compute_linear_combination},
+    {"addr", tpu_lower_addr},
     {NULL, NULL},
 };
