@@ -403,7 +403,7 @@ static tpu_status_t* tpu_lower_bessel(tpu_builder_t* b, tpu_op_t* op, int max_ou
   tpu_dtype_t rt = TPU_F32;
   tpu_val_t x = tpu_special_float_input(b, op, 0, name, SP_NO_HALF, d->kernel, &rt);
   if (!tpu_b_ok(b)) return NULL;
-  return tpu_special_result(tpu_b_convert(b, d->fn(b, x), rt), outs, nouts);
+  return tpu_ops_result1(tpu_b_convert(b, d->fn(b, x), rt), outs, nouts);
 }
 
 const tpu_lowering_t tpu_lowerings_bessel[] = {

@@ -33,5 +33,7 @@ tpu_dtype_t tpu_ops_compute_float(tpu_dtype_t t);
 bool tpu_ops_has_value(const tpu_op_t* op, int i);
 /* Shape of `v` with `dims` (sorted) reinserted as size 1 (keepdim). */
 tpu_val_t tpu_ops_keepdim(tpu_builder_t* b, tpu_val_t v, const tpu_aval_t* in, int ndims, const int64_t* dims);
+/* A lowering's single result: outs[0] = v, *nouts = 1; returns NULL (OK). */
+tpu_status_t* tpu_ops_result1(tpu_val_t v, tpu_val_t* outs, int* nouts);
 
 #endif

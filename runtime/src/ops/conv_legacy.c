@@ -195,9 +195,7 @@ static tpu_status_t* tpu_lower_conv_legacy(tpu_builder_t* b, tpu_op_t* op, int m
     const tpu_aval_t* ya = tpu_b_aval(b, y);
     y = tpu_b_reshape(b, y, ya->rank - 1, ya->dims + 1);
   }
-  outs[0] = y;
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(y, outs, nouts);
 }
 
 /* _slow_conv2d_backward(grad_output, self, weight, kernel_size, stride, padding,

@@ -41,18 +41,14 @@ static tpu_status_t* tpu_lower_fill(tpu_builder_t* b, tpu_op_t* op, int max_outs
   } else {
     v = tpu_op_scalar(b, op, 1, self.dtype);
   }
-  outs[0] = tpu_ops_bcast(b, v, &self);
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(tpu_ops_bcast(b, v, &self), outs, nouts);
 }
 
 static tpu_status_t* tpu_lower_zero(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs,
                                     int* nouts) {
   (void)max_outs;
   tpu_aval_t self = tpu_op_aval(op, 0);
-  outs[0] = tpu_b_full(b, &self, 0.0);
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(tpu_b_full(b, &self, 0.0), outs, nouts);
 }
 
 /* ---------------------------------------------------------------- ranges */
@@ -168,9 +164,7 @@ static tpu_status_t* tpu_lower_arange(tpu_builder_t* b, tpu_op_t* op, int max_ou
     size = ceil((r.end - r.start) / r.step);
   }
   if (!tpu_range_size_ok(b, size)) return NULL;
-  outs[0] = tpu_range_values(b, &r, (int64_t)size, out);
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(tpu_range_values(b, &r, (int64_t)size, out), outs, nouts);
 }
 
 /* range.out(start, end, step): the deprecated inclusive torch.range. */
@@ -182,9 +176,7 @@ static tpu_status_t* tpu_lower_range(tpu_builder_t* b, tpu_op_t* op, int max_out
   if (!tpu_range_dtype_ok(b, "range", out) || !tpu_range_check(b, &r)) return NULL;
   double size = floor((r.end - r.start) / r.step) + 1;
   if (!tpu_range_size_ok(b, size)) return NULL;
-  outs[0] = tpu_range_values(b, &r, (int64_t)size, out);
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(tpu_range_values(b, &r, (int64_t)size, out), outs, nouts);
 }
 
 /* PyTorch's symmetric linspace: start + step*i for the first half and
@@ -226,9 +218,7 @@ static tpu_status_t* tpu_lower_linspace(tpu_builder_t* b, tpu_op_t* op, int max_
   int64_t steps;
   if (!tpu_range_dtype_ok(b, "linspace", out) || !tpu_linspace_steps(b, op, &steps)) return NULL;
   tpu_dtype_t acc = tpu_dtype_is_int(out) ? TPU_F64 : tpu_range_acc(out);
-  outs[0] = tpu_b_convert(b, tpu_linspace_values(b, op, steps, out, acc), out);
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(tpu_b_convert(b, tpu_linspace_values(b, op, steps, out, acc), out), outs, nouts);
 }
 
 /* logspace.out(start, end, steps, base): base ** linspace(start, end, steps). */
@@ -241,9 +231,7 @@ static tpu_status_t* tpu_lower_logspace(tpu_builder_t* b, tpu_op_t* op, int max_
   tpu_dtype_t acc = tpu_dtype_is_int(out) ? TPU_F64 : tpu_range_acc(out);
   tpu_val_t e = tpu_linspace_values(b, op, steps, out, acc);
   tpu_val_t base = tpu_b_full(b, tpu_b_aval(b, e), tpu_op_float(op, 3, 10.0));
-  outs[0] = tpu_b_convert(b, tpu_b_binary(b, "stablehlo.power", base, e), out);
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(tpu_b_convert(b, tpu_b_binary(b, "stablehlo.power", base, e), out), outs, nouts);
 }
 
 /* ------------------------------------------------------- masks, diagonals */
@@ -267,9 +255,7 @@ static tpu_status_t* tpu_lower_eye(tpu_builder_t* b, tpu_op_t* op, int max_outs,
     return NULL;
   }
   tpu_dtype_t out = tpu_creation_out_dtype(op, has_m ? 2 : 1, TPU_F32);
-  outs[0] = tpu_b_convert(b, tpu_diag_mask(b, n, m, "EQ", 0), out);
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(tpu_b_convert(b, tpu_diag_mask(b, n, m, "EQ", 0), out), outs, nouts);
 }
 
 /* tril/triu(self, diagonal): keep the elements on one side of the k-th diagonal
@@ -284,9 +270,7 @@ static tpu_status_t* tpu_lower_tri(tpu_builder_t* b, tpu_op_t* op, const char* n
   tpu_val_t x = tpu_op_tensor(b, op, 0);
   tpu_val_t mask = tpu_diag_mask(b, a.dims[a.rank - 2], a.dims[a.rank - 1], dir, tpu_op_int(op, 1, 0));
   mask = tpu_b_broadcast_to(b, mask, a.rank, a.dims);
-  outs[0] = tpu_b_select(b, mask, x, tpu_b_full(b, &a, 0.0));
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(tpu_b_select(b, mask, x, tpu_b_full(b, &a, 0.0)), outs, nouts);
 }
 
 static tpu_status_t* tpu_lower_tril(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
@@ -330,9 +314,7 @@ static tpu_status_t* tpu_lower_tri_indices(tpu_builder_t* b, tpu_op_t* op, const
       }
   tpu_val_t flat = tpu_idx_const_vec(b, TPU_I64, 2 * n, data);
   free(data);
-  outs[0] = tpu_b_convert(b, tpu_b_reshape(b, flat, 2, (int64_t[]){2, n}), dt);
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(tpu_b_convert(b, tpu_b_reshape(b, flat, 2, (int64_t[]){2, n}), dt), outs, nouts);
 }
 
 static tpu_status_t* tpu_lower_tril_indices(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs,

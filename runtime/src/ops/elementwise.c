@@ -157,12 +157,6 @@ static tpu_val_t tpu_ew_operand(tpu_builder_t* b, tpu_op_t* op, int i, tpu_dtype
   return tpu_ops_bcast(b, v, shape);
 }
 
-static tpu_status_t* tpu_ew_result(tpu_val_t v, tpu_val_t* outs, int* nouts) {
-  outs[0] = v;
-  *nouts = 1;
-  return NULL;
-}
-
 /* The string argument i, or `dflt` when absent. */
 static const char* tpu_ew_str(const tpu_op_t* op, int i, const char* dflt) {
   const tpu_arg_t* a = tpu_op_arg(op, i);
@@ -569,8 +563,9 @@ static tpu_status_t* tpu_ew_run_map(tpu_builder_t* b, tpu_op_t* op, const tpu_ew
   int nargs = (d->flags & EW_GRAD) ? 2 : 1;
   tpu_dtype_t in = nargs == 2 ? tpu_ops_result_type(op, 2, args) : tpu_op_aval(op, xi).dtype;
   if (!tpu_ew_check_dtype(b, d->name, d->flags, d->kernel, in)) return NULL;
-  if (d->flags & EW_PRED) return tpu_ew_result(d->fn(b, op, tpu_op_tensor(b, op, xi), TPU_NOVAL), outs, nouts);
-  if ((d->flags & EW_INT_SAME) && !tpu_dtype_is_float(in)) return tpu_ew_result(tpu_op_tensor(b, op, xi), outs, nouts);
+  if (d->flags & EW_PRED) return tpu_ops_result1(d->fn(b, op, tpu_op_tensor(b, op, xi), TPU_NOVAL), outs, nouts);
+  if ((d->flags & EW_INT_SAME) && !tpu_dtype_is_float(in))
+    return tpu_ops_result1(tpu_op_tensor(b, op, xi), outs, nouts);
   tpu_aval_t shape;
   if (!tpu_ops_broadcast_shape(b, op, nargs, nargs == 2 ? args : &args[1], &shape)) return NULL;
   tpu_dtype_t rt = (d->flags & EW_FLOAT) ? tpu_dtype_to_float(in) : in;
@@ -579,8 +574,8 @@ static tpu_status_t* tpu_ew_run_map(tpu_builder_t* b, tpu_op_t* op, const tpu_ew
   tpu_val_t g = nargs == 2 ? tpu_ew_operand(b, op, 0, rt, ct, &shape) : TPU_NOVAL;
   tpu_val_t y = d->hlo ? ew_un(b, d->hlo, x) : d->fn(b, op, x, g);
   /* A real result of a complex input (abs) keeps its real dtype. */
-  if (tpu_dtype_is_complex(rt) && !tpu_dtype_is_complex(tpu_b_dtype(b, y))) return tpu_ew_result(y, outs, nouts);
-  return tpu_ew_result(tpu_b_convert(b, y, rt), outs, nouts);
+  if (tpu_dtype_is_complex(rt) && !tpu_dtype_is_complex(tpu_b_dtype(b, y))) return tpu_ops_result1(y, outs, nouts);
+  return tpu_ops_result1(tpu_b_convert(b, y, rt), outs, nouts);
 }
 
 static tpu_status_t* tpu_lower_map(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
@@ -839,7 +834,7 @@ static tpu_status_t* tpu_ew_run_binary(tpu_builder_t* b, tpu_op_t* op, const tpu
   tpu_val_t x = tpu_ew_operand(b, op, 0, common, ct, &shape);
   tpu_val_t y = tpu_ew_operand(b, op, 1, common, ct, &shape);
   tpu_val_t v = (d->flags & EW_CMP) ? ew_cmp(b, d->hlo, x, y) : d->hlo ? tpu_b_binary(b, d->hlo, x, y) : d->fn(b, x, y);
-  return tpu_ew_result(tpu_b_convert(b, v, rt), outs, nouts);
+  return tpu_ops_result1(tpu_b_convert(b, v, rt), outs, nouts);
 }
 
 static tpu_status_t* tpu_lower_binary(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
@@ -899,7 +894,7 @@ static tpu_status_t* tpu_ew_add_sub(tpu_builder_t* b, tpu_op_t* op, int xi, int 
   tpu_val_t y = tpu_ew_operand(b, op, yi, rt, ct, &shape);
   if (tpu_ops_has_value(op, 2)) y = bin_mul(b, y, tpu_ew_param(b, op, 2, y, 1.0));
   tpu_val_t v = rt == TPU_BOOL ? ew_or(b, x, y) : subtract ? ew_sub(b, x, y) : ew_add(b, x, y);
-  return tpu_ew_result(tpu_b_convert(b, v, rt), outs, nouts);
+  return tpu_ops_result1(tpu_b_convert(b, v, rt), outs, nouts);
 }
 
 static tpu_status_t* tpu_lower_add(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
@@ -970,7 +965,7 @@ static tpu_status_t* tpu_lower_where(tpu_builder_t* b, tpu_op_t* op, int max_out
   if (!tpu_ops_broadcast_shape(b, op, 3, all, &shape)) return NULL;
   tpu_val_t cond = tpu_ops_bcast(b, tpu_b_convert(b, tpu_op_tensor(b, op, 0), TPU_BOOL), &shape);
   tpu_val_t x = tpu_ew_operand(b, op, 1, rt, rt, &shape), y = tpu_ew_operand(b, op, 2, rt, rt, &shape);
-  return tpu_ew_result(ew_sel(b, cond, x, y), outs, nouts);
+  return tpu_ops_result1(ew_sel(b, cond, x, y), outs, nouts);
 }
 
 /* min(max(self, lo), hi) over the present bounds (args lo_i / hi_i, -1 for none),
@@ -992,7 +987,7 @@ static tpu_status_t* tpu_ew_clamp(tpu_builder_t* b, tpu_op_t* op, int lo_i, int 
   tpu_val_t v = tpu_ew_operand(b, op, 0, rt, rt, &shape);
   if (has_lo) v = ew_max(b, v, tpu_ew_operand(b, op, lo_i, rt, rt, &shape));
   if (has_hi) v = ew_min(b, v, tpu_ew_operand(b, op, hi_i, rt, rt, &shape));
-  return tpu_ew_result(v, outs, nouts);
+  return tpu_ops_result1(v, outs, nouts);
 }
 
 static tpu_status_t* tpu_lower_clamp(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
@@ -1034,7 +1029,7 @@ static tpu_status_t* tpu_lower_lerp(tpu_builder_t* b, tpu_op_t* op, int max_outs
   tpu_val_t diff = ew_sub(b, e, x);
   tpu_val_t small = ew_cmpc(b, "LT", ew_un(b, "stablehlo.abs", w), 0.5);
   tpu_val_t v = ew_sel(b, small, ew_add(b, x, ew_mul(b, w, diff)), ew_sub(b, e, ew_mul(b, diff, ew_one_minus(b, w))));
-  return tpu_ew_result(tpu_b_convert(b, v, t), outs, nouts);
+  return tpu_ops_result1(tpu_b_convert(b, v, t), outs, nouts);
 }
 
 /* addcmul / addcdiv(self, tensor1, tensor2, value): self + value * (t1 op t2) */
@@ -1060,7 +1055,7 @@ static tpu_status_t* tpu_ew_addc(tpu_builder_t* b, tpu_op_t* op, bool divide, tp
   tpu_val_t t1 = tpu_ew_operand(b, op, 1, rt, ct, &shape), t2 = tpu_ew_operand(b, op, 2, rt, ct, &shape);
   tpu_val_t value = tpu_ew_param(b, op, 3, x, 1.0);
   tpu_val_t v = divide ? ew_div(b, ew_mul(b, value, t1), t2) : ew_mul(b, ew_mul(b, value, t1), t2);
-  return tpu_ew_result(tpu_b_convert(b, ew_add(b, x, v), rt), outs, nouts);
+  return tpu_ops_result1(tpu_b_convert(b, ew_add(b, x, v), rt), outs, nouts);
 }
 
 static tpu_status_t* tpu_lower_addcmul(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
@@ -1088,7 +1083,7 @@ static tpu_status_t* tpu_lower_round(tpu_builder_t* b, tpu_op_t* op, int max_out
   tpu_val_t p = ew_c(b, x, ten_pow);
   tpu_val_t v = decimals < 0 ? ew_mul(b, ew_un(b, "stablehlo.round_nearest_even", ew_div(b, x, p)), p)
                              : ew_div(b, ew_un(b, "stablehlo.round_nearest_even", ew_mul(b, x, p)), p);
-  return tpu_ew_result(tpu_b_convert(b, v, t), outs, nouts);
+  return tpu_ops_result1(tpu_b_convert(b, v, t), outs, nouts);
 }
 
 /* The largest finite value of a float dtype. */
@@ -1107,13 +1102,13 @@ static tpu_status_t* tpu_lower_nan_to_num(tpu_builder_t* b, tpu_op_t* op, int ma
   tpu_dtype_t t = tpu_ew_arg_dtype(op, 0);
   if (!tpu_ew_check_dtype(b, "nan_to_num", 0, NULL, t)) return NULL;
   tpu_val_t x = tpu_op_tensor(b, op, 0);
-  if (!tpu_dtype_is_float(t)) return tpu_ew_result(x, outs, nouts);
+  if (!tpu_dtype_is_float(t)) return tpu_ops_result1(x, outs, nouts);
   double big = tpu_ew_float_max(t);
   tpu_val_t nan_v = ew_c(b, x, tpu_op_float(op, 1, 0.0));
   tpu_val_t pos_v = ew_c(b, x, tpu_op_float(op, 2, big)), neg_v = ew_c(b, x, tpu_op_float(op, 3, -big));
   tpu_val_t v = ew_sel(b, ew_isnan(b, x), nan_v, x);
   v = ew_sel(b, ew_cmpc(b, "EQ", x, INFINITY), pos_v, v);
-  return tpu_ew_result(ew_sel(b, ew_cmpc(b, "EQ", x, -INFINITY), neg_v, v), outs, nouts);
+  return tpu_ops_result1(ew_sel(b, ew_cmpc(b, "EQ", x, -INFINITY), neg_v, v), outs, nouts);
 }
 
 /* ------------------------------------------- multi-result and shaped ops */
@@ -1167,7 +1162,7 @@ static tpu_status_t* tpu_lower_glu(tpu_builder_t* b, tpu_op_t* op, int max_outs,
   tpu_val_t x = tpu_b_convert(b, tpu_op_tensor(b, op, 0), tpu_dtype_opmath(t)), a, c;
   int dim;
   if (!tpu_ew_halves(b, x, tpu_op_int(op, 1, -1), &dim, &a, &c)) return NULL;
-  return tpu_ew_result(tpu_b_convert(b, ew_mul(b, a, ew_sigmoid(b, c)), t), outs, nouts);
+  return tpu_ops_result1(tpu_b_convert(b, ew_mul(b, a, ew_sigmoid(b, c)), t), outs, nouts);
 }
 
 /* glu_backward(grad_output, self, dim): [g s(b), g a s(b)(1 - s(b))] along dim. */
@@ -1189,7 +1184,7 @@ static tpu_status_t* tpu_lower_glu_backward(tpu_builder_t* b, tpu_op_t* op, int 
   tpu_val_t ga = ew_mul(b, g, s);
   tpu_val_t gc = ew_mul(b, ew_mul(b, ga, a), ew_one_minus(b, s));
   tpu_val_t parts[2] = {ga, gc};
-  return tpu_ew_result(tpu_b_convert(b, tpu_b_concat(b, 2, parts, dim), t), outs, nouts);
+  return tpu_ops_result1(tpu_b_convert(b, tpu_b_concat(b, 2, parts, dim), t), outs, nouts);
 }
 
 /* The float result type of args[0..n) and their op-math type, or false (the
@@ -1214,7 +1209,7 @@ static tpu_status_t* tpu_lower_glu_jvp(tpu_builder_t* b, tpu_op_t* op, int max_o
     return NULL;
   tpu_val_t s = ew_sigmoid(b, c);
   tpu_val_t r = ew_add(b, ew_mul(b, da, s), ew_mul(b, glu, ew_mul(b, ew_one_minus(b, s), dc)));
-  return tpu_ew_result(tpu_b_convert(b, r, t), outs, nouts);
+  return tpu_ops_result1(tpu_b_convert(b, r, t), outs, nouts);
 }
 
 /* glu_backward_jvp(grad_x, grad_glu, x, dgrad_glu, dx, dim): forward-mode
@@ -1240,7 +1235,7 @@ static tpu_status_t* tpu_lower_glu_backward_jvp(tpu_builder_t* b, tpu_op_t* op, 
   tpu_val_t rest = ew_sub(b, ew_mul(b, da, one_s), ew_mul(b, glu, dcs));
   tpu_val_t dgb = ew_add(b, ew_mul(b, dga, ew_sub(b, a, glu)), ew_mul(b, ga, rest));
   tpu_val_t parts[2] = {dga, dgb};
-  return tpu_ew_result(tpu_b_convert(b, tpu_b_concat(b, 2, parts, dim), t), outs, nouts);
+  return tpu_ops_result1(tpu_b_convert(b, tpu_b_concat(b, 2, parts, dim), t), outs, nouts);
 }
 
 /* _prelu_kernel_backward(grad, self, weight) -> (grad_self, grad_weight), both in

@@ -109,9 +109,7 @@ static bool tpu_fft_check_norm(tpu_builder_t* b, int norm) {
 }
 
 static tpu_status_t* tpu_fft_done(tpu_val_t v, tpu_val_t* outs, int* nouts) {
-  outs[0] = v;
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(v, outs, nouts);
 }
 
 /* Fetches the input and its plan; fails unless its dtype passes `want_complex`. */

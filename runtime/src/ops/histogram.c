@@ -249,9 +249,7 @@ static tpu_status_t* tpu_lower__histogramdd_from_bins(tpu_builder_t* b, tpu_op_t
     edges[i] = tpu_op_list_tensor(b, op, 1, (int)i);
   }
   int wi = by_edges ? 2 : 3;
-  outs[0] = tpu_histdd_count(b, op, &h, edges, wi, tpu_op_bool(op, wi + 1, false));
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(tpu_histdd_count(b, op, &h, edges, wi, tpu_op_bool(op, wi + 1, false)), outs, nouts);
 }
 
 const tpu_lowering_t tpu_lowerings_histogram[] = {

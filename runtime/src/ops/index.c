@@ -270,9 +270,7 @@ static tpu_val_t tpu_idx_value_arg(tpu_builder_t* b, tpu_op_t* op, int i, tpu_dt
 }
 
 static tpu_status_t* tpu_idx_one(tpu_val_t v, tpu_val_t* outs, int* nouts) {
-  outs[0] = v;
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(v, outs, nouts);
 }
 
 static tpu_status_t* tpu_idx_two(tpu_val_t v, tpu_val_t i, tpu_val_t* outs, int* nouts) {

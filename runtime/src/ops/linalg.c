@@ -113,9 +113,7 @@ static tpu_status_t* tpu_lower_linalg_cholesky_ex(tpu_builder_t* b, tpu_op_t* op
 static tpu_status_t* tpu_lower_cholesky(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
   (void)max_outs;
   if (!tpu_la_check(b, op, 0, true, "cholesky")) return NULL;
-  outs[0] = tpu_la_cholesky(b, op, tpu_op_bool(op, 1, false));
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(tpu_la_cholesky(b, op, tpu_op_bool(op, 1, false)), outs, nouts);
 }
 
 /* Both tensor args checked as matrices of one dtype (A square). */
@@ -147,9 +145,7 @@ static tpu_status_t* tpu_lower_linalg_solve_triangular(tpu_builder_t* b, tpu_op_
   }
   tpu_val_t a = tpu_op_tensor(b, op, 0), rhs = tpu_op_tensor(b, op, 1);
   if (!tpu_la_bcast_batch(b, &a, &rhs)) return NULL;
-  outs[0] = tpu_la_trisolve(b, a, rhs, left, !upper, unit, false);
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(tpu_la_trisolve(b, a, rhs, left, !upper, unit, false), outs, nouts);
 }
 
 /* triangular_solve(self=B, A, upper=True, transpose=False, unitriangular=False)
@@ -183,9 +179,7 @@ static tpu_status_t* tpu_lower_cholesky_solve_helper(tpu_builder_t* b, tpu_op_t*
   if (!tpu_la_check_pair(b, op, 1, 0, "cholesky_solve")) return NULL;
   tpu_val_t a = tpu_op_tensor(b, op, 1), rhs = tpu_op_tensor(b, op, 0);
   if (!tpu_la_bcast_batch(b, &a, &rhs)) return NULL;
-  outs[0] = tpu_la_cholesky_solve(b, a, rhs, tpu_op_bool(op, 2, false));
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(tpu_la_cholesky_solve(b, a, rhs, tpu_op_bool(op, 2, false)), outs, nouts);
 }
 
 /* cholesky_inverse(self=factor, upper=False): (L L^T)^-1 as a solve against I. */
@@ -198,9 +192,8 @@ static tpu_status_t* tpu_lower_cholesky_inverse(tpu_builder_t* b, tpu_op_t* op, 
   ia.dtype = TPU_I64;
   tpu_val_t eye = tpu_b_convert(
       b, tpu_b_compare(b, "EQ", tpu_b_iota(b, &ia, a.rank - 2), tpu_b_iota(b, &ia, a.rank - 1)), a.dtype);
-  outs[0] = tpu_la_cholesky_solve(b, tpu_op_tensor(b, op, 0), eye, tpu_op_bool(op, 1, false));
-  *nouts = 1;
-  return NULL;
+  tpu_val_t inv = tpu_la_cholesky_solve(b, tpu_op_tensor(b, op, 0), eye, tpu_op_bool(op, 1, false));
+  return tpu_ops_result1(inv, outs, nouts);
 }
 
 const tpu_lowering_t tpu_lowerings_linalg[] = {

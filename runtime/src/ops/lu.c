@@ -433,9 +433,7 @@ static tpu_status_t* tpu_lower_linalg_lu_solve(tpu_builder_t* b, tpu_op_t* op, i
   tpu_val_t LU = tpu_lu_to_batch(b, tpu_op_tensor(b, op, 0), &batch, 2);
   tpu_val_t piv = tpu_lu_to_batch(b, tpu_op_tensor(b, op, 1), &batch, 1);
   tpu_val_t B = tpu_lu_to_batch(b, tpu_op_tensor(b, op, 2), &batch, 2);
-  outs[0] = tpu_lu_solve(b, LU, tpu_lu_perm_of_pivots(b, piv, n), B, left, adjoint);
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(tpu_lu_solve(b, LU, tpu_lu_perm_of_pivots(b, piv, n), B, left, adjoint), outs, nouts);
 }
 
 /* ------------------------------------------------------------ unpacking */

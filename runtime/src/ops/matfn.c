@@ -134,9 +134,7 @@ static tpu_status_t* tpu_lower_linalg_matrix_exp(tpu_builder_t* b, tpu_op_t* op,
                       a.dims[a.rank - 2], a.dims[a.rank - 1]);
   tpu_dtype_t ct = a.dtype == TPU_F64 ? TPU_F64 : TPU_F32; /* f16/bf16 in f32, like ATen */
   tpu_val_t A = tpu_b_convert(b, tpu_op_tensor(b, op, 0), ct);
-  outs[0] = tpu_b_convert(b, tpu_matfn_exp(b, A), a.dtype);
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(tpu_b_convert(b, tpu_matfn_exp(b, A), a.dtype), outs, nouts);
 }
 
 const tpu_lowering_t tpu_lowerings_matfn[] = {

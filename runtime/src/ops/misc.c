@@ -26,12 +26,6 @@ static tpu_val_t mc_cmpc(tpu_builder_t* b, const char* dir, tpu_val_t x, double 
 }
 static tpu_val_t mc_isnan(tpu_builder_t* b, tpu_val_t x) { return tpu_b_compare(b, "NE", x, x); }
 
-static tpu_status_t* mc_result(tpu_val_t v, tpu_val_t* outs, int* nouts) {
-  outs[0] = v;
-  *nouts = 1;
-  return NULL;
-}
-
 /* ATen's `"kernel" not implemented for 'Long'` for kernels dispatched on floats only. */
 static bool mc_need_float(tpu_builder_t* b, const char* kernel, tpu_dtype_t t) {
   if (tpu_dtype_is_float(t)) return true;
@@ -66,7 +60,7 @@ static tpu_status_t* tpu_lower_trace(tpu_builder_t* b, tpu_op_t* op, int max_out
   tpu_aval_t ia = tpu_aval_make(TPU_I64, 2, in.dims);
   tpu_val_t diag = tpu_b_compare(b, "EQ", tpu_b_iota(b, &ia, 0), tpu_b_iota(b, &ia, 1));
   tpu_val_t s = mc_sum_all(b, tpu_b_select(b, diag, x, mc_c(b, x, 0)));
-  return mc_result(tpu_b_convert(b, s, out), outs, nouts);
+  return tpu_ops_result1(tpu_b_convert(b, s, out), outs, nouts);
 }
 
 /* ---------------------------------------------------------------- shrinks */
@@ -101,7 +95,7 @@ static tpu_status_t* tpu_lower_softshrink(tpu_builder_t* b, tpu_op_t* op, int ma
   tpu_val_t neg = tpu_b_unary(b, "stablehlo.negate", l);
   tpu_val_t r = tpu_b_select(b, tpu_b_compare(b, "LT", x, neg), mc_add(b, x, l), mc_mul(b, x, mc_c(b, x, 0)));
   r = tpu_b_select(b, tpu_b_compare(b, "GT", x, l), mc_sub(b, x, l), r);
-  return mc_result(tpu_b_convert(b, r, tpu_op_aval(op, 0).dtype), outs, nouts);
+  return tpu_ops_result1(tpu_b_convert(b, r, tpu_op_aval(op, 0).dtype), outs, nouts);
 }
 
 /* ATen: (x >= -l && x <= l) ? 0 : x. */
@@ -110,7 +104,7 @@ static tpu_status_t* tpu_lower_hardshrink(tpu_builder_t* b, tpu_op_t* op, int ma
   tpu_val_t x, l;
   if (!mc_shrink_args(b, op, 0, 1, "hardshrink_cpu", &x, &l)) return NULL;
   tpu_val_t r = tpu_b_select(b, mc_in_zone(b, x, l), mc_c(b, x, 0), x);
-  return mc_result(tpu_b_convert(b, r, tpu_op_aval(op, 0).dtype), outs, nouts);
+  return tpu_ops_result1(tpu_b_convert(b, r, tpu_op_aval(op, 0).dtype), outs, nouts);
 }
 
 /* Both shrinks' backward (grad, self, lambd): zero in the dead zone, else grad. */
@@ -127,7 +121,7 @@ static tpu_status_t* tpu_lower_shrink_backward(tpu_builder_t* b, tpu_op_t* op, i
   g = tpu_ops_bcast(b, g, &shape);
   x = tpu_ops_bcast(b, x, &shape);
   tpu_val_t r = tpu_b_select(b, mc_in_zone(b, x, l), mc_c(b, g, 0), g);
-  return mc_result(tpu_b_convert(b, r, ga.dtype), outs, nouts);
+  return tpu_ops_result1(tpu_b_convert(b, r, ga.dtype), outs, nouts);
 }
 
 /* ---------------------------------------------------- float bit twiddling */
@@ -178,7 +172,7 @@ static tpu_status_t* tpu_lower_nextafter(tpu_builder_t* b, tpu_op_t* op, int max
   r = tpu_b_select(b, mc_cmpc(b, "EQ", kx, 0.0), tiny, r);
   r = tpu_b_select(b, tpu_b_compare(b, "EQ", kx, ky), y, r);
   r = tpu_b_select(b, mc_or(b, mc_isnan(b, x), mc_isnan(b, y)), mc_add(b, x, y), r);
-  return mc_result(r, outs, nouts);
+  return tpu_ops_result1(r, outs, nouts);
 }
 
 /* frexp: x = mantissa * 2^exponent with |mantissa| in [0.5, 1), exponent int32;
@@ -270,7 +264,7 @@ static tpu_status_t* tpu_lower_renorm(tpu_builder_t* b, tpu_op_t* op, int max_ou
   factor = tpu_b_convert(b, tpu_b_convert(b, factor, in.dtype), ct);
   int64_t bdims[1] = {dim};
   tpu_val_t fb = tpu_b_broadcast_in_dim(b, factor, in.rank, in.dims, bdims);
-  return mc_result(tpu_b_convert(b, mc_mul(b, x, fb), in.dtype), outs, nouts);
+  return tpu_ops_result1(tpu_b_convert(b, mc_mul(b, x, fb), in.dtype), outs, nouts);
 }
 
 /* ------------------------------------------------------------------- isin */
@@ -303,7 +297,7 @@ static tpu_status_t* tpu_lower_isin(tpu_builder_t* b, tpu_op_t* op, int max_outs
   int64_t last[1] = {ea.rank};
   tpu_val_t r = tpu_b_reduce(b, eq, tpu_b_const_i(b, TPU_BOOL, 0), 1, last, "stablehlo.or");
   if (invert) r = tpu_b_unary(b, "stablehlo.not", r);
-  return mc_result(r, outs, nouts);
+  return tpu_ops_result1(r, outs, nouts);
 }
 
 /* ------------------------------------------------------------------- mode */
@@ -439,7 +433,8 @@ static tpu_status_t* tpu_lower_assert_async(tpu_builder_t* b, tpu_op_t* op, int 
   tpu_val_t x = tpu_b_reshape(b, tpu_op_tensor(b, op, 0), 0, NULL);
   tpu_op_check(b, op, tpu_b_compare(b, "EQ", x, mc_c(b, x, 0.0)), TPU_NOVAL, TPU_INVALID_ARGUMENT, "%s", msg);
   *nouts = 0;
-  if (strcmp(tpu_op_name(op), "_functional_assert_async") == 0) return mc_result(tpu_op_tensor(b, op, 2), outs, nouts);
+  if (strcmp(tpu_op_name(op), "_functional_assert_async") == 0)
+    return tpu_ops_result1(tpu_op_tensor(b, op, 2), outs, nouts);
   return NULL;
 }
 

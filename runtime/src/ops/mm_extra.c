@@ -44,9 +44,7 @@ static tpu_status_t* tpu_lower_int_mm(tpu_builder_t* b, tpu_op_t* op, int max_ou
   if (!tpu_int_mm_check(b, &x, &w)) return NULL;
   tpu_val_t xi = tpu_b_convert(b, tpu_op_tensor(b, op, 0), TPU_I32);
   tpu_val_t wi = tpu_b_convert(b, tpu_op_tensor(b, op, 1), TPU_I32);
-  outs[0] = tpu_mm_dot(b, xi, wi, 0, 1, 0);
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(tpu_mm_dot(b, xi, wi, 0, 1, 0), outs, nouts);
 }
 
 /* --------------------------------------------------- _weight_int8pack_mm */
@@ -111,9 +109,7 @@ static tpu_status_t* tpu_lower_weight_int8pack_mm(tpu_builder_t* b, tpu_op_t* op
   int64_t bdim = 1;
   const tpu_aval_t* pa = tpu_b_aval(b, p);
   tpu_val_t sc = tpu_b_broadcast_in_dim(b, tpu_b_convert(b, tpu_op_tensor(b, op, 2), TPU_F32), 2, pa->dims, &bdim);
-  outs[0] = tpu_b_convert(b, tpu_b_binary(b, "stablehlo.multiply", p, sc), x.dtype);
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(tpu_b_convert(b, tpu_b_binary(b, "stablehlo.multiply", p, sc), x.dtype), outs, nouts);
 }
 
 /* ------------------------------------------- _compute_linear_combination */
@@ -162,9 +158,7 @@ static tpu_status_t* tpu_lower_compute_linear_combination(tpu_builder_t* b, tpu_
   memcpy(limit, x.dims, sizeof(int64_t) * (size_t)x.rank);
   limit[0] = c.dims[1];
   tpu_val_t xv = tpu_b_convert(b, tpu_b_slice(b, tpu_op_tensor(b, op, 0), start, limit, NULL), ct);
-  outs[0] = tpu_b_convert(b, tpu_mm_dot(b, cv, xv, 0, 1, 0), x.dtype);
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(tpu_b_convert(b, tpu_mm_dot(b, cv, xv, 0, 1, 0), x.dtype), outs, nouts);
 }
 
 /* ---------------------------------------------------------------- addr */
@@ -226,9 +220,7 @@ static tpu_status_t* tpu_lower_addr(tpu_builder_t* b, tpu_op_t* op, int max_outs
   tpu_val_t scaled = tpu_b_binary(b, mul, beta, s);
   tpu_val_t r = tpu_b_binary(b, ct == TPU_BOOL ? "stablehlo.or" : "stablehlo.add", scaled, outer);
   if (ct != TPU_BOOL) r = tpu_b_select(b, tpu_b_compare(b, "EQ", beta, tpu_ops_like(b, beta, 0.0)), outer, r);
-  outs[0] = tpu_b_convert(b, r, t);
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(tpu_b_convert(b, r, t), outs, nouts);
 }
 
 const tpu_lowering_t tpu_lowerings_mm_extra[] = {

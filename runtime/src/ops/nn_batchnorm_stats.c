@@ -93,9 +93,7 @@ static tpu_status_t* tpu_lower_batch_norm_elemt(tpu_builder_t* b, tpu_op_t* op, 
   tpu_val_t mean = tpu_bnst_channel(b, op, 3, &L, "mean"), invstd = tpu_bnst_channel(b, op, 4, &L, "invstd");
   tpu_val_t y = tpu_norm_apply(b, tpu_norm_x4(b, tpu_op_tensor(b, op, 0), &L), mean, invstd,
                                tpu_norm_param(b, op, 1, &L), tpu_norm_param(b, op, 2, &L), &L);
-  outs[0] = tpu_b_convert(b, tpu_b_reshape(b, y, x.rank, x.dims), x.dtype);
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(tpu_b_convert(b, tpu_b_reshape(b, y, x.rank, x.dims), x.dtype), outs, nouts);
 }
 
 /* The ranks' counts (arg 7) as [W] in ct: the counts tensor, or the one int
@@ -238,9 +236,7 @@ static tpu_status_t* tpu_lower_batch_norm_backward_elemt(tpu_builder_t* b, tpu_o
   tpu_val_t g = tpu_nn_sub(b, tpu_nn_sub(b, dy4, tpu_norm_expand(b, mean_dy, &L)),
                            tpu_nn_mul(b, xmu4, tpu_norm_expand(b, f1, &L)));
   g = tpu_nn_mul(b, g, tpu_norm_expand(b, f2, &L));
-  outs[0] = tpu_b_convert(b, tpu_b_reshape(b, g, x.rank, x.dims), x.dtype);
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(tpu_b_convert(b, tpu_b_reshape(b, g, x.rank, x.dims), x.dtype), outs, nouts);
 }
 
 /* batch_norm_update_stats(input, running_mean?, running_var?, momentum) -> (mean, var):

@@ -221,9 +221,7 @@ TPU_NN_LOWERING(binary_cross_entropy_with_logits) {
   tpu_val_t one_minus_y = tpu_nn_addc(b, tpu_b_unary(b, "stablehlo.negate", y), 1.0);
   tpu_val_t loss = tpu_nn_sub(b, tpu_nn_mul(b, one_minus_y, x), ls);
   if (tpu_op_kind(op, 2) == TPU_ARG_TENSOR) loss = tpu_nn_mul(b, loss, tpu_ops_operand(b, op, 2, ct, &shape));
-  outs[0] = tpu_b_convert(b, tpu_loss_reduce(b, loss, red), rt);
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(tpu_b_convert(b, tpu_loss_reduce(b, loss, red), rt), outs, nouts);
 }
 
 /* ---------------------------------------------------------------- nll loss */
@@ -402,7 +400,6 @@ TPU_NN_LOWERING(nll_loss_backward) {
   tpu_aval_t xc = n.x;
   xc.dtype = n.ct;
   v = tpu_b_broadcast_in_dim(b, v, xc.rank, xc.dims, bd);
-  outs[0] = tpu_b_convert(b, tpu_b_select(b, n.onehot, v, tpu_b_full(b, &xc, 0)), n.x.dtype);
-  *nouts = 1;
-  return NULL;
+  tpu_val_t y = tpu_b_convert(b, tpu_b_select(b, n.onehot, v, tpu_b_full(b, &xc, 0)), n.x.dtype);
+  return tpu_ops_result1(y, outs, nouts);
 }

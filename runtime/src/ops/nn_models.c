@@ -140,9 +140,7 @@ static tpu_status_t* tpu_lower_polar(tpu_builder_t* b, tpu_op_t* op, int max_out
   if (!tpu_complex_operands(b, op, &r, &th, &shape)) return NULL;
   tpu_val_t parts[2] = {tpu_b_binary(b, "stablehlo.multiply", r, tpu_b_unary(b, "stablehlo.cosine", th)),
                         tpu_b_binary(b, "stablehlo.multiply", r, tpu_b_unary(b, "stablehlo.sine", th))};
-  outs[0] = tpu_b_op1(b, "stablehlo.complex", 2, parts, NULL, &shape);
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(tpu_b_op1(b, "stablehlo.complex", 2, parts, NULL, &shape), outs, nouts);
 }
 
 /* complex(real, imag) */
@@ -151,9 +149,7 @@ static tpu_status_t* tpu_lower_complex(tpu_builder_t* b, tpu_op_t* op, int max_o
   tpu_aval_t shape;
   tpu_val_t parts[2];
   if (!tpu_complex_operands(b, op, &parts[0], &parts[1], &shape)) return NULL;
-  outs[0] = tpu_b_op1(b, "stablehlo.complex", 2, parts, NULL, &shape);
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(tpu_b_op1(b, "stablehlo.complex", 2, parts, NULL, &shape), outs, nouts);
 }
 
 const tpu_lowering_t tpu_lowerings_nn_models[] = {

@@ -270,9 +270,7 @@ static tpu_status_t* tpu_pool_scatter_grad(tpu_builder_t* b, tpu_op_t* op, int g
   tpu_dtype_t ct = tpu_dtype_opmath(x.dtype);
   tpu_val_t gi = tpu_pool_scatter_planes(b, tpu_b_convert(b, tpu_op_tensor(b, op, go), ct), ind, planes, m, plane,
                                          "stablehlo.add");
-  outs[0] = tpu_b_convert(b, tpu_b_reshape(b, gi, x.rank, x.dims), x.dtype);
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(tpu_b_convert(b, tpu_b_reshape(b, gi, x.rank, x.dims), x.dtype), outs, nouts);
 }
 
 /* max_pool{2,3}d_with_indices_backward(grad_output, self, kernel_size, stride, padding, dilation,
@@ -369,9 +367,7 @@ TPU_NN_LOWERING(avg_pool) {
   tpu_val_t x = tpu_pool_arg0_planes(b, op, &g, ct, g.in);
   tpu_val_t sum = tpu_pool_sum(b, &g, tpu_pool_pad(b, &g, x, 1, tpu_b_const(b, ct, 0)), 1, g.k, g.s);
   tpu_val_t avg = tpu_pool_div_planes(b, &g, sum, tpu_avg_divisor(b, op, &g, 5, 6, ct));
-  outs[0] = tpu_b_convert(b, tpu_pool_unplane(b, &g, avg, g.out), g.x.dtype);
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(tpu_b_convert(b, tpu_pool_unplane(b, &g, avg, g.out), g.x.dtype), outs, nouts);
 }
 
 /* avg_pool{2,3}d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode,
@@ -396,9 +392,7 @@ TPU_NN_LOWERING(avg_pool_backward) {
   /* Drop the padding, restore any cropped tail (its gradient is 0). */
   for (int i = 0; i < g.nsp; ++i) lo[i + 1] = -g.p[i], hi[i + 1] = -g.hi[i], inner[i + 1] = 0;
   gp = tpu_b_pad(b, gp, zero, lo, hi, NULL);
-  outs[0] = tpu_b_convert(b, tpu_b_reshape(b, gp, g.x.rank, g.x.dims), g.x.dtype);
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(tpu_b_convert(b, tpu_b_reshape(b, gp, g.x.rank, g.x.dims), g.x.dtype), outs, nouts);
 }
 
 /* ------------------------------------------------------------- adaptive pools */
@@ -498,9 +492,7 @@ TPU_NN_LOWERING(adaptive_avg_pool) {
     y = tpu_adaptive_contract(b, &g, x, ct, false);
     y = tpu_pool_div_planes(b, &g, y, tpu_adaptive_count(b, &g, ct));
   }
-  outs[0] = tpu_b_convert(b, tpu_pool_unplane(b, &g, y, g.out), g.x.dtype);
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(tpu_b_convert(b, tpu_pool_unplane(b, &g, y, g.out), g.x.dtype), outs, nouts);
 }
 
 /* _adaptive_avg_pool{2,3}d_backward(grad_output, self) */
@@ -518,9 +510,7 @@ TPU_NN_LOWERING(adaptive_avg_pool_backward) {
   tpu_val_t go = tpu_pool_arg0_planes(b, op, &g, ct, g.out);
   go = tpu_pool_div_planes(b, &g, go, tpu_adaptive_count(b, &g, ct));
   tpu_val_t gi = tpu_adaptive_contract(b, &g, go, ct, true);
-  outs[0] = tpu_b_convert(b, tpu_b_reshape(b, gi, g.x.rank, g.x.dims), g.x.dtype);
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(tpu_b_convert(b, tpu_b_reshape(b, gi, g.x.rank, g.x.dims), g.x.dtype), outs, nouts);
 }
 
 /* adaptive_max_pool{2,3}d(self, output_size) -> (out, indices). Each bin is read
@@ -647,7 +637,5 @@ TPU_NN_LOWERING(max_unpool) {
   memcpy(dims, x.dims, sizeof(int64_t) * (size_t)lead);
   memcpy(dims + lead, osz, sizeof(int64_t) * (size_t)nsp);
   tpu_val_t y = tpu_pool_scatter_planes(b, tpu_op_tensor(b, op, 0), tpu_op_tensor(b, op, 1), planes, m, plane, NULL);
-  outs[0] = tpu_b_reshape(b, y, x.rank, dims);
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(tpu_b_reshape(b, y, x.rank, dims), outs, nouts);
 }

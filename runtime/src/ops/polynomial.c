@@ -271,7 +271,7 @@ static tpu_status_t* tpu_lower_polynomial(tpu_builder_t* b, tpu_op_t* op, int ma
   tpu_val_t n = pl_degree(b, tpu_special_operand(b, op, 1, common, ct, &shape));
   if (!tpu_b_ok(b)) return NULL;
   tpu_val_t v = pl_is_chebyshev(d->fam) ? pl_chebyshev(b, d, x, n) : pl_classical(b, d, x, n);
-  return tpu_special_result(tpu_b_convert(b, v, rt), outs, nouts);
+  return tpu_ops_result1(tpu_b_convert(b, v, rt), outs, nouts);
 }
 
 const tpu_lowering_t tpu_lowerings_polynomial[] = {

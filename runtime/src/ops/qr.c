@@ -199,9 +199,7 @@ static tpu_status_t* tpu_lower_linalg_householder_product(tpu_builder_t* b, tpu_
     return TPU_STATUS(TPU_INVALID_ARGUMENT, "%s: input.shape[-1] must be greater than or equal to tau.shape[-1]", api);
   if (!tpu_qr_check_tau(b, &a, &t, api)) return NULL;
   tpu_val_t V = tpu_op_tensor(b, op, 0), tau = tpu_op_tensor(b, op, 1);
-  outs[0] = tpu_qr_orgqr(b, V, tau, n);
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(tpu_qr_orgqr(b, V, tau, n), outs, nouts);
 }
 
 /* ormqr(self, input2 = tau, input3 = C, left=True, transpose=False) -> Tensor:

@@ -338,9 +338,7 @@ static tpu_status_t* tpu_lower_dist(tpu_builder_t* b, tpu_op_t* op, int max_outs
   double prm[2] = {tpu_op_float(op, 1, d->dflt[0]), tpu_op_float(op, 2, d->dflt[1])};
   if (!d->check(b, prm, shape.dtype)) return NULL;
   tpu_rng_t g = tpu_rng_open(b, op);
-  outs[0] = d->sample(b, &g, &shape, prm);
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(d->sample(b, &g, &shape, prm), outs, nouts);
 }
 
 /* ------------------------------------------------------------------ normal */
@@ -382,9 +380,7 @@ static tpu_status_t* tpu_lower_normal(tpu_builder_t* b, tpu_op_t* op, int max_ou
   tpu_rng_t g = tpu_rng_open(b, op);
   tpu_val_t z = tpu_rng_normal(b, &g, ct, &cshape);
   z = tpu_b_binary(b, "stablehlo.add", mean, tpu_b_binary(b, "stablehlo.multiply", std, z));
-  outs[0] = tpu_b_convert(b, z, t);
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(tpu_b_convert(b, z, t), outs, nouts);
 }
 
 /* --------------------------------------------------------------- bernoulli */
@@ -446,9 +442,7 @@ static tpu_status_t* tpu_lower_bernoulli(tpu_builder_t* b, tpu_op_t* op, int max
     if (tpu_b_dtype(b, p) != TPU_F64) p = tpu_b_convert(b, p, TPU_F32);
   }
   tpu_rng_t g = tpu_rng_open(b, op);
-  outs[0] = tpu_b_convert(b, tpu_rand_coin(b, &g, p, &shape), shape.dtype);
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(tpu_b_convert(b, tpu_rand_coin(b, &g, p, &shape), shape.dtype), outs, nouts);
 }
 
 /* ----------------------------------------------------------------- random_ */
@@ -585,9 +579,7 @@ static tpu_status_t* tpu_lower_random(tpu_builder_t* b, tpu_op_t* op, int max_ou
   tpu_status_t* st = tpu_rand_int_range(op, shape.dtype, &range, &base);
   if (st) return st;
   tpu_rng_t g = tpu_rng_open(b, op);
-  outs[0] = tpu_rand_ints(b, &g, &shape, range, base);
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(tpu_rand_ints(b, &g, &shape, range, base), outs, nouts);
 }
 
 /* ------------------------------------------------ randperm and multinomial */
@@ -758,9 +750,7 @@ static tpu_status_t* tpu_lower_native_dropout_backward(tpu_builder_t* b, tpu_op_
   tpu_val_t y = tpu_b_binary(b, "stablehlo.multiply", tpu_ops_operand(b, op, 0, ct, &shape),
                              tpu_ops_operand(b, op, 1, ct, &shape));
   y = tpu_b_binary(b, "stablehlo.multiply", y, tpu_rand_fill(b, y, tpu_op_float(op, 2, 1.0)));
-  outs[0] = tpu_b_convert(b, y, rt);
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(tpu_b_convert(b, y, rt), outs, nouts);
 }
 
 const tpu_lowering_t tpu_lowerings_random[] = {

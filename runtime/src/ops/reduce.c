@@ -401,9 +401,7 @@ static tpu_status_t* tpu_lower_sum_like(tpu_builder_t* b, tpu_op_t* op, tpu_val_
     tpu_val_t n = tpu_red_like(b, r, (double)tpu_red_count(&in, &rd));
     r = tpu_b_binary(b, "stablehlo.divide", r, n); /* 0/0 = NaN for empty, as PyTorch */
   }
-  outs[0] = tpu_red_keep(b, tpu_b_convert(b, r, out), &in, &rd, keep);
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(tpu_red_keep(b, tpu_b_convert(b, r, out), &in, &rd, keep), outs, nouts);
 }
 
 static tpu_status_t* tpu_lower_sum(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
@@ -433,9 +431,7 @@ static tpu_status_t* tpu_lower_amax_like(tpu_builder_t* b, tpu_op_t* op, tpu_val
   if (!tpu_red_has_list(op, 1) && !tpu_red_check_full(b, name, &in)) return NULL;
   if (!tpu_red_check_nonempty(b, is_max ? "amax():" : "amin():", &in, &rd)) return NULL;
   tpu_val_t r = tpu_red(b, tpu_op_tensor(b, op, 0), &rd, is_max ? TPU_RED_MAX : TPU_RED_MIN);
-  outs[0] = tpu_red_keep(b, r, &in, &rd, tpu_op_bool(op, 2, false));
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(tpu_red_keep(b, r, &in, &rd, tpu_op_bool(op, 2, false)), outs, nouts);
 }
 
 static tpu_status_t* tpu_lower_amax(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
@@ -465,9 +461,7 @@ static tpu_status_t* tpu_red_elementwise_extreme(tpu_builder_t* b, tpu_op_t* op,
   tpu_aval_t shape;
   if (!tpu_ops_broadcast_shape(b, op, 2, args, &shape)) return NULL;
   tpu_val_t x = tpu_ops_operand(b, op, 0, rt, &shape), y = tpu_ops_operand(b, op, 1, rt, &shape);
-  outs[0] = tpu_red_combine(b, is_max ? TPU_RED_MAX : TPU_RED_MIN, x, y);
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(tpu_red_combine(b, is_max ? TPU_RED_MAX : TPU_RED_MIN, x, y), outs, nouts);
 }
 
 /* max/min: (self) → 0-d; .dim (self, dim, keepdim) → (values, indices); .other → elementwise. */
@@ -576,9 +570,7 @@ static tpu_status_t* tpu_lower_anyall(tpu_builder_t* b, tpu_op_t* op, tpu_val_t*
   tpu_val_t x = tpu_b_convert(b, tpu_op_tensor(b, op, 0), TPU_BOOL);
   tpu_val_t r = tpu_red(b, x, &rd, is_all ? TPU_RED_PROD : TPU_RED_SUM); /* and / or on bool */
   r = tpu_b_convert(b, r, in.dtype == TPU_U8 ? TPU_U8 : TPU_BOOL);
-  outs[0] = tpu_red_keep(b, r, &in, &rd, tpu_op_bool(op, 2, false));
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(tpu_red_keep(b, r, &in, &rd, tpu_op_bool(op, 2, false)), outs, nouts);
 }
 
 static tpu_status_t* tpu_lower_any(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
@@ -597,9 +589,7 @@ static tpu_status_t* tpu_lower_count_nonzero(tpu_builder_t* b, tpu_op_t* op, int
   tpu_aval_t in = tpu_op_aval(op, 0);
   tpu_rdims_t rd = tpu_red_dims(b, op, 1, in.rank, true);
   tpu_val_t nz = tpu_b_convert(b, tpu_b_convert(b, tpu_op_tensor(b, op, 0), TPU_BOOL), TPU_I64);
-  outs[0] = tpu_red(b, nz, &rd, TPU_RED_SUM);
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(tpu_red(b, nz, &rd, TPU_RED_SUM), outs, nouts);
 }
 
 /* ------------------------------------------------------------- moments */
@@ -720,9 +710,7 @@ static tpu_status_t* tpu_lower_logsumexp(tpu_builder_t* b, tpu_op_t* op, int max
   tpu_val_t e = tpu_b_unary(b, "stablehlo.exponential",
                             tpu_b_binary(b, "stablehlo.subtract", x, tpu_red_expand(b, m, &in, &rd)));
   tpu_val_t r = tpu_b_binary(b, "stablehlo.add", tpu_b_unary(b, "stablehlo.log", tpu_red(b, e, &rd, TPU_RED_SUM)), m);
-  outs[0] = tpu_red_keep(b, tpu_b_convert(b, r, out), &in, &rd, tpu_op_bool(op, 2, false));
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(tpu_red_keep(b, tpu_b_convert(b, r, out), &in, &rd, tpu_op_bool(op, 2, false)), outs, nouts);
 }
 
 static tpu_val_t tpu_red_eq_const(tpu_builder_t* b, tpu_val_t p, double c) {
@@ -781,9 +769,7 @@ static tpu_status_t* tpu_lower_norm(tpu_builder_t* b, tpu_op_t* op, int max_outs
   tpu_val_t a = tpu_b_convert(b, tpu_b_unary(b, "stablehlo.abs", x), ct);
   tpu_val_t p = tpu_ops_has_value(op, 1) ? tpu_op_scalar(b, op, 1, ct) : tpu_b_const(b, ct, 2.0);
   tpu_val_t r = tpu_red_vector_norm(b, a, p, &rd);
-  outs[0] = tpu_red_keep(b, tpu_b_convert(b, r, out), &in, &rd, keep);
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(tpu_red_keep(b, tpu_b_convert(b, r, out), &in, &rd, keep), outs, nouts);
 }
 
 /* ------------------------------------------------------------------ scans */
@@ -871,9 +857,7 @@ static tpu_status_t* tpu_lower_cum_reduce(tpu_builder_t* b, tpu_op_t* op, tpu_va
   } else {
     tpu_red_scan(b, 1, &x, &ident, dim, tpu_scan_reduce_kind, &kind);
   }
-  outs[0] = tpu_b_convert(b, x, out);
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(tpu_b_convert(b, x, out), outs, nouts);
 }
 
 static tpu_status_t* tpu_lower_cumsum(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
@@ -897,9 +881,7 @@ static tpu_status_t* tpu_lower_logcumsumexp(tpu_builder_t* b, tpu_op_t* op, int 
   tpu_val_t x = tpu_b_convert(b, tpu_op_tensor(b, op, 0), ct);
   tpu_val_t ident = tpu_b_const(b, ct, -INFINITY);
   tpu_red_scan(b, 1, &x, &ident, dim, tpu_scan_logaddexp, NULL);
-  outs[0] = tpu_b_convert(b, x, in.dtype);
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(tpu_b_convert(b, x, in.dtype), outs, nouts);
 }
 
 /* cummax/cummin(self, dim) and _cummax_helper/_cummin_helper(self, values, indices,
@@ -948,9 +930,7 @@ static tpu_status_t* tpu_lower_softmax_like(tpu_builder_t* b, tpu_op_t* op, tpu_
   tpu_val_t s = tpu_red_expand(b, tpu_red(b, e, &rd, TPU_RED_SUM), &in, &rd);
   tpu_val_t r = log ? tpu_b_binary(b, "stablehlo.subtract", sh, tpu_b_unary(b, "stablehlo.log", s))
                     : tpu_b_binary(b, "stablehlo.divide", e, s);
-  outs[0] = tpu_b_convert(b, r, out);
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(tpu_b_convert(b, r, out), outs, nouts);
 }
 
 static tpu_status_t* tpu_lower_softmax(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
@@ -983,9 +963,7 @@ static tpu_status_t* tpu_lower_softmax_bwd_like(tpu_builder_t* b, tpu_op_t* op, 
     tpu_val_t s = tpu_red_expand(b, tpu_red(b, gy, &rd, TPU_RED_SUM), &in, &rd);
     r = tpu_b_binary(b, "stablehlo.multiply", y, tpu_b_binary(b, "stablehlo.subtract", g, s));
   }
-  outs[0] = tpu_b_convert(b, r, out);
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(tpu_b_convert(b, r, out), outs, nouts);
 }
 
 static tpu_status_t* tpu_lower_softmax_bwd(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs,

@@ -113,9 +113,7 @@ static tpu_status_t* tpu_lower__standard_gamma(tpu_builder_t* b, tpu_op_t* op, i
   if (!tpu_sm_float_arg(b, op, "gamma_cpu", &alpha)) return NULL;
   tpu_dtype_t t = tpu_op_aval(op, 0).dtype;
   tpu_rng_t g = tpu_rng_open(b, op);
-  outs[0] = tpu_b_convert(b, tpu_sm_gamma(b, &g, alpha, tpu_sm_tiny(t)), t);
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(tpu_b_convert(b, tpu_sm_gamma(b, &g, alpha, tpu_sm_tiny(t)), t), outs, nouts);
 }
 
 /* _sample_dirichlet(self, generator=None): Gamma(self) samples normalised over
@@ -135,9 +133,7 @@ static tpu_status_t* tpu_lower__sample_dirichlet(tpu_builder_t* b, tpu_op_t* op,
   int64_t last = a.rank - 1, keep[TPU_MAX_RANK];
   for (int i = 0; i < a.rank - 1; i++) keep[i] = i;
   tpu_val_t sum = tpu_b_broadcast_in_dim(b, tpu_nn_sum(b, x, 1, &last), a.rank, a.dims, keep);
-  outs[0] = tpu_b_convert(b, tpu_nn_div(b, x, sum), a.dtype);
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(tpu_b_convert(b, tpu_nn_div(b, x, sum), a.dtype), outs, nouts);
 }
 
 /* --------------------------------------------- the gamma's reparameterization */
@@ -206,9 +202,7 @@ static tpu_status_t* tpu_lower__standard_gamma_grad(tpu_builder_t* b, tpu_op_t* 
   tpu_aval_t shape;
   if (!tpu_ops_broadcast_shape(b, op, 2, args, &shape)) return NULL;
   tpu_val_t x = tpu_ops_bcast(b, tpu_b_convert(b, tpu_op_tensor(b, op, 1), tpu_b_dtype(b, alpha)), &shape);
-  outs[0] = tpu_b_convert(b, tpu_gamma_grad(b, tpu_ops_bcast(b, alpha, &shape), x), t);
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(tpu_b_convert(b, tpu_gamma_grad(b, tpu_ops_bcast(b, alpha, &shape), x), t), outs, nouts);
 }
 
 /* ---------------------------------------------------------------- poisson */
@@ -302,9 +296,7 @@ static tpu_status_t* tpu_lower_poisson(tpu_builder_t* b, tpu_op_t* op, int max_o
   tpu_val_t res[5];
   tpu_mx_while(b, TPU_SAMPLE_MAX_ITERS, 5, init, tpu_sm_cond, tpu_poisson_step, NULL, res, NULL);
   tpu_val_t x = tpu_b_select(b, tpu_b_compare(b, "EQ", lam, tpu_sm_c(b, lam, INFINITY)), lam, res[2]);
-  outs[0] = tpu_b_convert(b, x, tpu_op_aval(op, 0).dtype);
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(tpu_b_convert(b, x, tpu_op_aval(op, 0).dtype), outs, nouts);
 }
 
 /* --------------------------------------------------------------- binomial */
@@ -436,9 +428,7 @@ static tpu_status_t* tpu_lower_binomial(tpu_builder_t* b, tpu_op_t* op, int max_
   x = tpu_b_select(b, tpu_b_compare(b, "GT", p, tpu_sm_c(b, p, 0.5)), tpu_nn_sub(b, n, x), x);
   x = tpu_b_select(b, open, x, tpu_b_select(b, tpu_b_compare(b, "GE", p, one), tpu_sm_bin(b, "stablehlo.maximum", n, zero), zero));
   x = tpu_b_select(b, tpu_b_compare(b, "NE", p, p), p, x);
-  outs[0] = tpu_b_convert(b, x, t);
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(tpu_b_convert(b, x, t), outs, nouts);
 }
 
 const tpu_lowering_t tpu_lowerings_sampling[] = {

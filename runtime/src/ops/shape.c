@@ -17,9 +17,7 @@
 #endif
 
 static tpu_status_t* tpu_shape_one(tpu_val_t v, tpu_val_t* outs, int* nouts) {
-  outs[0] = v;
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(v, outs, nouts);
 }
 
 static void tpu_shape_fmt_sizes(char* buf, size_t cap, const tpu_aval_t* a) {

@@ -296,12 +296,6 @@ bool tpu_special_check_dtype(tpu_builder_t* b, const char* name, unsigned flags,
   return !bad;
 }
 
-tpu_status_t* tpu_special_result(tpu_val_t v, tpu_val_t* outs, int* nouts) {
-  outs[0] = v;
-  *nouts = 1;
-  return NULL;
-}
-
 /* Tensor arg i in its float result dtype *rt and compute dtype (returned). */
 tpu_val_t tpu_special_float_input(tpu_builder_t* b, tpu_op_t* op, int i, const char* name, unsigned flags,
                                   const char* kernel, tpu_dtype_t* rt) {
@@ -351,7 +345,7 @@ static tpu_status_t* tpu_lower_special_unary(tpu_builder_t* b, tpu_op_t* op, int
   tpu_dtype_t rt = TPU_F32;
   tpu_val_t x = tpu_special_float_input(b, op, 0, name, d->flags, d->kernel, &rt);
   if (!tpu_b_ok(b)) return NULL;
-  return tpu_special_result(tpu_b_convert(b, d->fn(b, x), rt), outs, nouts);
+  return tpu_ops_result1(tpu_b_convert(b, d->fn(b, x), rt), outs, nouts);
 }
 
 /* ----------------------------------------------------------- binary table */
@@ -401,7 +395,7 @@ static tpu_status_t* tpu_lower_special_binary(tpu_builder_t* b, tpu_op_t* op, in
   tpu_val_t x = tpu_special_operand(b, op, 0, common, ct, &shape);
   tpu_val_t y = tpu_special_operand(b, op, 1, common, ct, &shape);
   if (!tpu_b_ok(b)) return NULL;
-  return tpu_special_result(tpu_b_convert(b, d->fn(b, x, y), rt), outs, nouts);
+  return tpu_ops_result1(tpu_b_convert(b, d->fn(b, x, y), rt), outs, nouts);
 }
 
 /* ------------------------------------------------- polygamma and mvlgamma */
@@ -417,7 +411,7 @@ static tpu_status_t* tpu_lower_polygamma(tpu_builder_t* b, tpu_op_t* op, int max
   tpu_dtype_t rt = TPU_F32;
   tpu_val_t x = tpu_special_float_input(b, op, 1, "polygamma", 0, "polygamma", &rt);
   if (!tpu_b_ok(b)) return NULL;
-  return tpu_special_result(tpu_b_convert(b, sp_polygamma(b, n, x), rt), outs, nouts);
+  return tpu_ops_result1(tpu_b_convert(b, sp_polygamma(b, n, x), rt), outs, nouts);
 }
 
 /* mvlgamma(x, p) = p(p-1)/4 log(pi) + sum_{j<p} lgamma(x - j/2). ATen also checks
@@ -435,7 +429,7 @@ static tpu_status_t* tpu_lower_mvlgamma(tpu_builder_t* b, tpu_op_t* op, int max_
   if (!tpu_b_ok(b)) return NULL;
   tpu_val_t s = sp_c(b, x, (double)p * (double)(p - 1) * 0.25 * log(M_PI));
   for (int64_t j = 0; j < p; ++j) s = sp_add(b, s, sp_lgamma(b, sp_sub(b, x, sp_c(b, x, 0.5 * (double)j))));
-  return tpu_special_result(tpu_b_convert(b, s, rt), outs, nouts);
+  return tpu_ops_result1(tpu_b_convert(b, s, rt), outs, nouts);
 }
 
 const tpu_lowering_t tpu_lowerings_special[] = {

@@ -49,8 +49,6 @@ tpu_val_t tpu_special_float_input(tpu_builder_t* b, tpu_op_t* op, int i, const c
  * to the common dtype first. */
 tpu_val_t tpu_special_operand(tpu_builder_t* b, tpu_op_t* op, int i, tpu_dtype_t common, tpu_dtype_t ct,
                               const tpu_aval_t* shape);
-/* The single result v. */
-tpu_status_t* tpu_special_result(tpu_val_t v, tpu_val_t* outs, int* nouts);
 /* Cephes chbevl: the Clenshaw sum 0.5 (b0 - b2) of the Chebyshev series c[0..n) at y. */
 tpu_val_t tpu_special_chbevl(tpu_builder_t* b, tpu_val_t y, const double* c, size_t n);
 /* I0(x) and I1(x) (Cephes Chebyshev expansions, as ATen's Math.h). */

@@ -17,9 +17,7 @@
 #include "index.h"
 
 static tpu_status_t* tpu_views_one(tpu_val_t v, tpu_val_t* outs, int* nouts) {
-  outs[0] = v;
-  *nouts = 1;
-  return NULL;
+  return tpu_ops_result1(v, outs, nouts);
 }
 
 static char* tpu_views_fmt(char* buf, size_t cap, int n, const int64_t* v) { return tpu_fmt_i64_list(buf, cap, n, v); }
