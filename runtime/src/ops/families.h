@@ -47,6 +47,8 @@ extern const tpu_lowering_t tpu_lowerings_polynomial[];
 extern const tpu_lowering_t tpu_lowerings_bessel[];
 extern const tpu_lowering_t tpu_lowerings_linalg[];
 extern const tpu_lowering_t tpu_lowerings_lu[];
+/* The symmetric indefinite LDL^T factorisation and its solve (ldl.c). */
+extern const tpu_lowering_t tpu_lowerings_ldl[];
 /* Householder QR (qr.c), symmetric eigendecomposition (eigh.c), SVD (svd.c),
  * matrix functions (matfn.c), pairwise distances (distance.c). */
 extern const tpu_lowering_t tpu_lowerings_qr[];

@@ -210,29 +210,9 @@ static tpu_val_t tpu_lu_solve(tpu_builder_t* b, tpu_val_t LU, tpu_val_t perm, tp
 
 /* --------------------------------------------------------------- checks */
 
-/* f32/f64 input of at least 2 dims with square trailing matrices; ATen's messages. */
+/* f32/f64 input of at least 2 dims (square when `square`); ATen's messages. */
 static bool tpu_lu_check_any(tpu_builder_t* b, const tpu_aval_t* a, const char* api, bool square) {
-  if (a->dtype != TPU_F32 && a->dtype != TPU_F64) {
-    if (a->dtype == TPU_C64 || a->dtype == TPU_C128)
-      TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "%s: complex inputs are not supported on tpu yet", api);
-    else if (a->dtype == TPU_F16 || a->dtype == TPU_BF16)
-      TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "%s: Low precision dtypes not supported. Got %s", api,
-                 tpu_dtype_name(a->dtype));
-    else
-      TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "%s: Expected a floating point or complex tensor as input. Got %s", api,
-                 tpu_dtype_name(a->dtype));
-    return false;
-  }
-  if (a->rank < 2) {
-    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "%s: The input tensor A must have at least 2 dimensions.", api);
-    return false;
-  }
-  if (square && a->dims[a->rank - 1] != a->dims[a->rank - 2]) {
-    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "%s: A must be batches of square matrices, but they are %" PRId64 " by %" PRId64
-               " matrices", api, a->dims[a->rank - 2], a->dims[a->rank - 1]);
-    return false;
-  }
-  return true;
+  return tpu_mx_check_input(b, a, api, NULL, square);
 }
 
 /* tpu_lu_check_any for square matrices (solves, inverses, determinants). */

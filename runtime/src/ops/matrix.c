@@ -169,3 +169,34 @@ tpu_val_t tpu_mx_any(tpu_builder_t* b, tpu_val_t m) {
   for (int i = 0; i < rank; i++) dims[i] = i;
   return rank ? tpu_b_reduce(b, m, tpu_b_const_i(b, TPU_BOOL, 0), rank, dims, "stablehlo.or") : m;
 }
+
+bool tpu_mx_check_input(tpu_builder_t* b, const tpu_aval_t* a, const char* api, const char* half_kernel,
+                        bool square) {
+  const char* name = tpu_dtype_scalar_type_name(a->dtype);
+  if (a->dtype == TPU_C64 || a->dtype == TPU_C128) {
+    TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "%s: complex inputs are not supported on tpu yet", api);
+    return false;
+  }
+  if ((a->dtype == TPU_F16 || a->dtype == TPU_BF16) && half_kernel) {
+    TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "\"%s\" not implemented for '%s'", half_kernel, name);
+    return false;
+  }
+  if (a->dtype == TPU_F16 || a->dtype == TPU_BF16) {
+    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "%s: Low precision dtypes not supported. Got %s", api, name);
+    return false;
+  }
+  if (a->dtype != TPU_F32 && a->dtype != TPU_F64) {
+    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "%s: Expected a floating point or complex tensor as input. Got %s", api, name);
+    return false;
+  }
+  if (a->rank < 2) {
+    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "%s: The input tensor A must have at least 2 dimensions.", api);
+    return false;
+  }
+  if (square && a->dims[a->rank - 1] != a->dims[a->rank - 2]) {
+    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "%s: A must be batches of square matrices, but they are %" PRId64 " by %" PRId64
+               " matrices", api, a->dims[a->rank - 2], a->dims[a->rank - 1]);
+    return false;
+  }
+  return true;
+}

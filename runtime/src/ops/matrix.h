@@ -55,6 +55,12 @@ tpu_val_t tpu_mx_slice(tpu_builder_t* b, tpu_val_t x, int dim, int64_t lo, int64
 tpu_val_t tpu_mx_block(tpu_builder_t* b, tpu_val_t x, int64_t rows, int64_t cols);
 /* Any element of the bool value m true (a 0-d bool): a loop condition. */
 tpu_val_t tpu_mx_any(tpu_builder_t* b, tpu_val_t m);
+/* ATen's checks on a linalg input A for `api` ("torch.linalg.lu_factor" ...): f32
+ * or f64 (complex: not on tpu yet; f16/bf16: `"<half_kernel>" not implemented`, or
+ * when half_kernel is NULL ATen's "Low precision dtypes not supported"), at least 2
+ * dims, square when `square`. Records the failure and returns false otherwise. */
+bool tpu_mx_check_input(tpu_builder_t* b, const tpu_aval_t* a, const char* api, const char* half_kernel,
+                        bool square);
 /* The sum of x over dim `dim` (that dim dropped). */
 tpu_val_t tpu_mx_sum(tpu_builder_t* b, tpu_val_t x, int dim);
 #endif

@@ -295,25 +295,7 @@ static tpu_svd_t tpu_svd_tall(tpu_builder_t* b, tpu_val_t A, bool with_uv, bool 
 
 /* f32/f64 input of at least 2 dims; ATen's messages. */
 static bool tpu_svd_check(tpu_builder_t* b, const tpu_aval_t* a) {
-  if (a->dtype == TPU_C64 || a->dtype == TPU_C128) {
-    TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "linalg.svd: complex inputs are not supported on tpu yet");
-    return false;
-  }
-  if (a->dtype == TPU_F16 || a->dtype == TPU_BF16) {
-    TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "\"linalg_svd_tpu\" not implemented for '%s'",
-               tpu_dtype_scalar_type_name(a->dtype));
-    return false;
-  }
-  if (a->dtype != TPU_F32 && a->dtype != TPU_F64) {
-    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "linalg.svd: Expected a floating point or complex tensor as input. Got %s",
-               tpu_dtype_scalar_type_name(a->dtype));
-    return false;
-  }
-  if (a->rank < 2) {
-    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "linalg.svd: The input tensor A must have at least 2 dimensions.");
-    return false;
-  }
-  return true;
+  return tpu_mx_check_input(b, a, "linalg.svd", "linalg_svd_tpu", false);
 }
 
 /* U and Vh when min(m, n) = 0: ATen's identity (full) or empty factors. */

@@ -38,6 +38,7 @@ static const tpu_lowering_t* const tpu_families[] = {
     tpu_lowerings_bessel,
     tpu_lowerings_linalg,
     tpu_lowerings_lu,
+    tpu_lowerings_ldl,
     tpu_lowerings_qr,
     tpu_lowerings_eigh,
     tpu_lowerings_svd,
