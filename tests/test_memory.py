@@ -121,6 +121,33 @@ def test_empty_cache_releases_cached_scalars():
     assert torch.equal(x.add(0.123456).cpu(), y.cpu())  # the cache refills on use
 
 
+def test_large_uploads_lend_pooled_host_blocks():
+    # CPU plugin: an upload of >= 1 MiB becomes a device buffer over a reused host
+    # block (no page faults), counted in h2d_lent; other plugins copy (0 lent).
+    lends = torchtpu._C.platform_name() == "cpu"
+    n = 1 << 20  # 4 MiB of float32
+    before = torchtpu.metrics()["h2d_lent"]
+    small = torch.randn(1000).to("tpu")  # small uploads keep the copying path
+    assert torchtpu.metrics()["h2d_lent"] == before
+    for i in range(12):
+        a = torch.full((n,), float(i + 1)).to("tpu")
+        total = (a * 2 + 1).sum()     # still running when a dies (strict: asynchronous)
+        half = a[::2]                 # a view keeps the storage alive
+        del a
+        b = torch.full((n,), -3.0).to("tpu")  # may take a's block once it is free
+        assert total.item() == pytest.approx((2 * (i + 1) + 1) * n, rel=1e-6)
+        assert half.sum().item() == (i + 1) * n // 2
+        assert b.min().item() == b.max().item() == -3.0
+        del half, b
+    assert torchtpu.metrics()["h2d_lent"] - before == (24 if lends else 0)
+    host = torch.randn(n)
+    orig = host.clone()
+    dev = host.to("tpu")
+    host.add_(1)  # the device copy does not follow later writes to the source
+    assert torch.equal(dev.cpu(), orig)
+    assert small.shape == (1000,)
+
+
 def test_summary_and_bad_devices():
     text = torch.tpu.memory_summary()
     assert "Allocated memory" in text and "large pool" in text

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "device.h"
+#include "hostpool.h"
 #include "pjrt/pjrt.h"
 #include "tracing.h"
 
@@ -200,6 +201,40 @@ tpu_status_t* tpu_buffer_materialize(tpu_buffer_t* buf, PJRT_Buffer** out_pjrt) 
   return NULL;
 }
 
+/* Large uploads to the CPU plugin go through a pool block (hostpool.h). */
+static bool use_hostpool(size_t nbytes) {
+  return nbytes >= TPU_HOSTPOOL_MIN_BYTES && strcmp(tpu_runtime_platform_name(), "cpu") == 0;
+}
+
+static void give_back_block(PJRT_Error* error, void* block) {
+  if (error) tpu_status_free(tpu_pjrt_status(api_or_null(), error, __FILE__, __LINE__));
+  tpu_hostpool_release(block);
+}
+
+/* The block behind a zero-copy upload returns to the pool when PJRT is done with
+ * it (when the buffer is destroyed). Consumes `done`. If the callback cannot be
+ * set, the buffer is destroyed first, so the block can be given back at once. */
+static tpu_status_t* lend_block(const PJRT_Api* api, PJRT_Event* done, PJRT_Buffer** buffer, void* block) {
+  if (!done) { /* nothing pending: the plugin copied during the call */
+    tpu_hostpool_release(block);
+    return NULL;
+  }
+  TPU_PJRT_ARGS(PJRT_Event_OnReady_Args, args, user_arg);
+  args.event = done;
+  args.callback = give_back_block;
+  args.user_arg = block;
+  tpu_status_t* status = TPU_PJRT_CALL(api, Event_OnReady, &args);
+  if (status) {
+    pjrt_buffer_destroy(api, *buffer);
+    *buffer = NULL;
+    tpu_status_free(tpu_pjrt_event_await(api, done)); /* destroys it */
+    tpu_hostpool_release(block);
+    return status;
+  }
+  tpu_pjrt_event_destroy(api, done);
+  return NULL;
+}
+
 static tpu_status_t* from_host(int device, const void* data, const tpu_aval_t* aval,
                                tpu_buffer_t** out_buffer) {
   if (!out_buffer) return TPU_STATUS(TPU_INVALID_ARGUMENT, "out_buffer is NULL");
@@ -222,12 +257,26 @@ static tpu_status_t* from_host(int device, const void* data, const tpu_aval_t* a
   args.type = tpu_dtype_to_pjrt(aval->dtype);
   args.dims = aval->dims;
   args.num_dims = (size_t)aval->rank;
-  /* The plugin copies during the call, so the caller may reuse `data` at once. */
+  /* The plugin copies during the call, so the caller may reuse `data` at once;
+   * or (large, CPU plugin) `data` is copied here into a block the buffer keeps. */
   args.host_buffer_semantics = PJRT_HostBufferSemantics_ImmutableOnlyDuringCall;
   args.device = pjrt_device;
-  TPU_RETURN_IF_ERROR(TPU_PJRT_CALL(api, Client_BufferFromHostBuffer, &args));
-  tpu_status_t* status = tpu_pjrt_event_await(api, args.done_with_host_buffer);
+  void* block = NULL;
+  if (use_hostpool(nbytes)) {
+    TPU_RETURN_IF_ERROR(tpu_hostpool_acquire(nbytes, &block));
+    memcpy(block, data, nbytes);
+    args.data = block;
+    args.host_buffer_semantics = PJRT_HostBufferSemantics_ImmutableZeroCopy;
+  }
+  tpu_status_t* status = TPU_PJRT_CALL(api, Client_BufferFromHostBuffer, &args);
   if (status) {
+    tpu_hostpool_release(block);
+    return status;
+  }
+  if (block) {
+    TPU_RETURN_IF_ERROR(lend_block(api, args.done_with_host_buffer, &args.buffer, block));
+    tpu_metric_add(TPU_METRIC_H2D_LENT, 1);
+  } else if ((status = tpu_pjrt_event_await(api, args.done_with_host_buffer)) != NULL) {
     pjrt_buffer_destroy(api, args.buffer);
     return status;
   }

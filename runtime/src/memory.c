@@ -7,6 +7,7 @@
 
 #include "device.h"
 #include "exec.h"
+#include "hostpool.h"
 
 tpu_status_t* tpu_memory_stats(int device, tpu_memory_stats_t* out_stats) {
   if (!out_stats) return TPU_STATUS(TPU_INVALID_ARGUMENT, "out_stats is NULL");
@@ -36,6 +37,7 @@ tpu_status_t* tpu_memory_reset_accumulated(int device) {
 void tpu_memory_empty_cache(void) {
   tpu_runtime_retire_inflight();
   tpu_scalar_cache_clear();
+  tpu_hostpool_trim();
 }
 
 /* "MemTotal:  16315508 kB" → bytes; -1 when the line is missing. */

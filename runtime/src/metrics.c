@@ -35,6 +35,7 @@ static const char* const kNames[] = {
     [TPU_METRIC_FUSED_OPS] = "fused_ops",
     [TPU_METRIC_FUSED_FLUSHES] = "fused_flushes",
     [TPU_METRIC_FUSED_PROGRAMS] = "fused_programs",
+    [TPU_METRIC_H2D_LENT] = "h2d_lent",
 };
 static_assert(sizeof kNames / sizeof kNames[0] == TPU_METRIC_COUNT, "one name per metric");
 

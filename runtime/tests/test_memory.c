@@ -1,9 +1,12 @@
 /* Device memory accounting (torchtpu/memory.h): buffers are counted on their
  * device and pool when they come and go; peaks and totals reset as PyTorch's
- * allocator statistics do; bad arguments are statuses. */
+ * allocator statistics do; bad arguments are statuses. And the host block pool
+ * behind large CPU-plugin uploads (hostpool.h). */
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "hostpool.h"
 #include "kit.h"
 #include "test.h"
 #include "torchtpu/memory.h"
@@ -70,4 +73,58 @@ TEST(memory_bad_arguments) {
   int64_t f, t;
   EXPECT_CODE(tpu_memory_info(-3, &f, &t), TPU_INVALID_ARGUMENT);
   EXPECT_CODE(tpu_memory_info(0, NULL, &t), TPU_INVALID_ARGUMENT);
+}
+
+TEST(hostpool_reuses_blocks_and_trims) {
+  tpu_hostpool_trim();
+  void *a = NULL, *b = NULL, *c = NULL;
+  ASSERT_OK(tpu_hostpool_acquire(3 << 20, &a));
+  EXPECT((uintptr_t)a % TPU_HOSTPOOL_ALIGN == 0);
+  memset(a, 7, 3 << 20); /* the whole size is usable */
+  tpu_hostpool_release(a);
+  EXPECT_EQ_INT((int64_t)tpu_hostpool_cached_bytes(), 3 << 20);
+  ASSERT_OK(tpu_hostpool_acquire((3 << 20) - 100, &b)); /* same page-rounded size: the same block */
+  EXPECT(b == a);
+  EXPECT_EQ_INT((int64_t)tpu_hostpool_cached_bytes(), 0);
+  ASSERT_OK(tpu_hostpool_acquire(1 << 20, &c)); /* another size: a new block */
+  EXPECT(c != b);
+  tpu_hostpool_release(b);
+  tpu_hostpool_release(c);
+  tpu_hostpool_release(NULL);
+  EXPECT_EQ_INT((int64_t)tpu_hostpool_cached_bytes(), (3 << 20) + (1 << 20));
+  tpu_memory_empty_cache(); /* frees every cached block */
+  EXPECT_EQ_INT((int64_t)tpu_hostpool_cached_bytes(), 0);
+}
+
+TEST(hostpool_caps_what_it_keeps) {
+  tpu_hostpool_trim();
+  void* big = NULL;
+  ASSERT_OK(tpu_hostpool_acquire(TPU_HOSTPOOL_CACHE_BYTES + 4096, &big));
+  tpu_hostpool_release(big); /* over the cap: freed, not kept */
+  EXPECT_EQ_INT((int64_t)tpu_hostpool_cached_bytes(), 0);
+  void* p = NULL;
+  EXPECT_CODE(tpu_hostpool_acquire(SIZE_MAX - 10, &p), TPU_RESOURCE_EXHAUSTED);
+  EXPECT(p == NULL);
+}
+
+TEST(upload_of_a_large_tensor_lends_a_block_on_cpu) {
+  const int64_t n = 1 << 20; /* 4 MiB of f32 */
+  float* host = malloc((size_t)n * sizeof(float));
+  ASSERT(host != NULL);
+  int64_t lent0 = tpu_metric_get(TPU_METRIC_H2D_LENT);
+  for (int round = 0; round < 3; ++round) { /* later rounds reuse the first block */
+    for (int64_t i = 0; i < n; ++i) host[i] = (float)(i % 1000) + (float)round;
+    tpu_tensor_t t;
+    ASSERT_OK(kit_tensor(TPU_F32, 1, &n, NULL, &t));
+    ASSERT_OK(tpu_tensor_upload(&t, host, TPU_F32));
+    memset(host, 0, (size_t)n * sizeof(float)); /* the device copy is independent of `host` */
+    ASSERT_OK(tpu_tensor_download(&t, host, (size_t)n * sizeof(float)));
+    int bad = 0;
+    for (int64_t i = 0; i < n; ++i) bad += host[i] != (float)(i % 1000) + (float)round;
+    EXPECT_EQ_INT(bad, 0);
+    kit_release(&t);
+    EXPECT_OK(tpu_runtime_synchronize());
+  }
+  free(host);
+  EXPECT_EQ_INT(tpu_metric_get(TPU_METRIC_H2D_LENT) - lent0, 3);
 }
