@@ -234,8 +234,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer repeats, smaller GPT (as make bench-quick)")
     ap.add_argument("--out", default=os.path.join(ROOT, "reports"))
-    ap.add_argument("--workloads", default=",".join(workloads.WORKLOADS),
-                    help="comma-separated subset of: " + ",".join(workloads.WORKLOADS))
+    model_workloads = [w for w in workloads.WORKLOADS if w not in workloads.DECOMPOSITIONS]
+    ap.add_argument("--workloads", default=",".join(model_workloads),
+                    help="comma-separated subset of: " + ",".join(model_workloads))
     ap.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of: " + ",".join(MODES))
     ap.add_argument("--repeats", type=int, default=None, help="override the repeats of every workload")
     ap.add_argument("--ours", default=None,

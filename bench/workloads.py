@@ -34,6 +34,9 @@ FULL = {
     "gpt_fwd": {"layers": 4, "d_model": 512, "heads": 8, "seq": 256, "batch": 8, "vocab": 50257},
     "llama_decode": {"layers": 4, "d_model": 256, "heads": 4, "kv_heads": 2, "ffn": 768,
                      "vocab": 32000, "prompt": 16, "new_tokens": 64},
+    "svd": {"batch": 64, "n": 128},
+    "qr": {"batch": 64, "n": 128},
+    "eigh": {"batch": 64, "n": 128},
 }
 
 # --quick: the GPT shapes and the decode length shrink (documented in the report);
@@ -46,6 +49,8 @@ QUICK = {
 }
 
 WORKLOADS = list(FULL)
+# The linear-algebra rows (issue 12's SVD/QR/eigh target): not part of the peers' plan.
+DECOMPOSITIONS = ["svd", "qr", "eigh"]
 
 
 @dataclass
@@ -380,6 +385,48 @@ def llama_decode(backend, cfg):
     return Workload(step, "tokens/s", N, "throughput", notes)
 
 
+# ---------------------------------------------------------------- 7. decompositions
+
+# Each returns the factors and the relative reconstruction error of each matrix (float64).
+_DECOMPS = {
+    "svd": (lambda a: torch.linalg.svd(a, full_matrices=False),
+            lambda a, f: a - f[0] @ torch.diag_embed(f[1]) @ f[2]),
+    "qr": (torch.linalg.qr, lambda a, f: a - f[0] @ f[1]),
+    "eigh": (torch.linalg.eigh, lambda a, f: a @ f[1] - f[1] * f[0].unsqueeze(-2)),
+}
+
+
+def _decomp_inputs(name, batch, n, seed):
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(batch, n, n, generator=g)
+    return a + a.mT if name == "eigh" else a
+
+
+def _reconstruction_error(name, a, device):
+    """max over the batch of ||residual||_F / ||A||_F, the factors computed on `device`."""
+    fn, residual = _DECOMPS[name]
+    f = [t.cpu().double() for t in fn(a.to(device))]
+    a64 = a.double()
+    return float((residual(a64, f).norm(dim=(-2, -1)) / a64.norm(dim=(-2, -1))).max())
+
+
+def decomposition(name):
+    def build(backend, cfg):
+        dev = _device(backend)
+        fn = _compile(_DECOMPS[name][0], backend)
+        x = _decomp_inputs(name, cfg["batch"], cfg["n"], 0).to(dev)
+        notes = []
+        if dev != "cpu":
+            # On other matrices of the same size (batch 4: another program, so the cold
+            # first step stays cold), next to CPU's error on the same matrices.
+            probe = _decomp_inputs(name, 4, cfg["n"], 1)
+            mine, cpu = _reconstruction_error(name, probe, dev), _reconstruction_error(name, probe, "cpu")
+            notes.append(f"reconstruction error (max ||A - factors||_F / ||A||_F, float32): "
+                         f"{mine:.2e} here vs {cpu:.2e} on CPU ({mine / cpu:.1f}x)")
+        return Workload(lambda: fn(x), "ms/step", 1e3, "latency", notes)
+    return build
+
+
 BUILDERS = {
     "dispatch": dispatch,
     "matmul": matmul,
@@ -387,6 +434,9 @@ BUILDERS = {
     "gpt_train": gpt_train,
     "gpt_fwd": gpt_fwd,
     "llama_decode": llama_decode,
+    "svd": decomposition("svd"),
+    "qr": decomposition("qr"),
+    "eigh": decomposition("eigh"),
 }
 
 
@@ -407,5 +457,8 @@ def describe(name, cfg):
         "llama_decode": lambda: (f"Llama-shaped {c['layers']}L d{c['d_model']} h{c['heads']}/kv{c['kv_heads']} "
                                  f"ffn {c['ffn']} vocab {c['vocab']}: greedy, prompt {c['prompt']}, "
                                  f"{c['new_tokens']} new tokens, KV cache written in place"),
+        "svd": lambda: f"torch.linalg.svd (reduced) of {c['batch']} random {c['n']}x{c['n']} fp32 matrices",
+        "qr": lambda: f"torch.linalg.qr of {c['batch']} random {c['n']}x{c['n']} fp32 matrices",
+        "eigh": lambda: f"torch.linalg.eigh of {c['batch']} random symmetric {c['n']}x{c['n']} fp32 matrices",
     }[name]()
 

@@ -719,11 +719,7 @@ static tpu_val_t bin_prelu(tpu_builder_t* b, tpu_val_t x, tpu_val_t w) {
 
 static tpu_val_t ew_gcd_cond(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_val_t* in) {
   (void)ctx, (void)k;
-  tpu_val_t m = ew_cmpc(b, "NE", in[0], 0.0);
-  int rank = tpu_b_rank(b, m);
-  int64_t dims[TPU_MAX_RANK];
-  for (int i = 0; i < rank; i++) dims[i] = i;
-  return rank ? tpu_b_reduce(b, m, tpu_b_const_i(b, TPU_BOOL, 0), rank, dims, "stablehlo.or") : m;
+  return tpu_mx_any(b, ew_cmpc(b, "NE", in[0], 0.0));
 }
 
 static void ew_gcd_body(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_val_t* in, tpu_val_t* out) {

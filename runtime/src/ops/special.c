@@ -66,11 +66,7 @@ static tpu_val_t sp_zeta_shifting(tpu_builder_t* b, tpu_val_t x, tpu_val_t q) {
 
 static tpu_val_t sp_zeta_cond(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_val_t* in) {
   (void)ctx, (void)k;
-  tpu_val_t m = sp_zeta_shifting(b, in[SP_ZC_X], in[SP_ZC_Q]);
-  int rank = tpu_b_rank(b, m);
-  int64_t dims[TPU_MAX_RANK];
-  for (int i = 0; i < rank; i++) dims[i] = i;
-  return rank ? tpu_b_reduce(b, m, tpu_b_const_i(b, TPU_BOOL, 0), rank, dims, "stablehlo.or") : m;
+  return tpu_mx_any(b, sp_zeta_shifting(b, in[SP_ZC_X], in[SP_ZC_Q]));
 }
 
 static void sp_zeta_body(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_val_t* in, tpu_val_t* out) {
