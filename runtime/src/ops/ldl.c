@@ -57,8 +57,15 @@ static tpu_val_t tpu_ldl_splat(tpu_builder_t* b, tpu_val_t k, const tpu_aval_t* 
   return tpu_b_broadcast_in_dim(b, k, a->rank, a->dims, NULL);
 }
 
-static tpu_val_t tpu_ldl_and(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) { return tpu_b_binary(b, "stablehlo.and", x, y); }
+static tpu_val_t tpu_ldl_and(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) {
+  return tpu_b_binary(b, "stablehlo.and", x, y);
+}
 static tpu_val_t tpu_ldl_not(tpu_builder_t* b, tpu_val_t x) { return tpu_b_unary(b, "stablehlo.not", x); }
+
+/* The outer product u v^T (u over the rows, v over the columns) of shape m. */
+static tpu_val_t tpu_ldl_outer(tpu_builder_t* b, tpu_val_t u, tpu_val_t v, const tpu_aval_t* m) {
+  return tpu_nn_mul(b, tpu_mx_bcast_vec(b, u, m, false), tpu_mx_bcast_vec(b, v, m, true));
+}
 
 /* k + 1 clamped to n - 1 (0-d i32): the second index of a 2x2 block, in range
  * also at the last step (where no 2x2 block can start). */
@@ -99,8 +106,8 @@ static tpu_ldl_pivot_t tpu_ldl_choose(tpu_builder_t* b, tpu_val_t W, tpu_val_t k
   tpu_val_t alpha = tpu_b_full(b, &bat, (1.0 + sqrt(17.0)) / 8.0);
   tpu_val_t acol = tpu_nn_mul(b, alpha, colmax);
   tpu_ldl_pivot_t p;
-  p.zero = tpu_b_binary(b, "stablehlo.or",
-                        tpu_b_compare(b, "EQ", tpu_b_binary(b, "stablehlo.maximum", absakk, colmax), tpu_b_full(b, &bat, 0)),
+  tpu_val_t both = tpu_b_binary(b, "stablehlo.maximum", absakk, colmax);
+  p.zero = tpu_b_binary(b, "stablehlo.or", tpu_b_compare(b, "EQ", both, tpu_b_full(b, &bat, 0)),
                         tpu_b_compare(b, "NE", absakk, absakk));
   tpu_val_t keep = tpu_b_binary(b, "stablehlo.or", p.zero, tpu_b_compare(b, "GE", absakk, acol));
   keep = tpu_b_binary(b, "stablehlo.or", keep,
@@ -157,16 +164,14 @@ static void tpu_ldl_factor_step(tpu_builder_t* b, void* ctx, tpu_val_t k, const 
   /* 1x1: l = c0 / d; W -= c0 (c0 / d)^T (sytf2: d11 = 1 / d, a rank-1 update by -d11) */
   tpu_val_t rinv = tpu_nn_div(b, tpu_b_full(b, &bat, 1), d);
   tpu_val_t l1 = tpu_nn_mul(b, c0, tpu_mx_bcast_batch(b, rinv, &vec));
-  tpu_val_t upd1 = tpu_nn_sub(b, W1, tpu_nn_mul(b, tpu_mx_bcast_vec(b, c0, &m, false), tpu_mx_bcast_vec(b, l1, &m, true)));
+  tpu_val_t upd1 = tpu_nn_sub(b, W1, tpu_ldl_outer(b, c0, l1, &m));
   /* 2x2: sytf2's scaled inverse of D applied to columns k and k+1 */
   tpu_val_t e11 = tpu_nn_div(b, dk1, d21), e22 = tpu_nn_div(b, d, d21);
   tpu_val_t t = tpu_nn_div(b, tpu_b_full(b, &bat, 1), tpu_nn_sub(b, tpu_nn_mul(b, e11, e22), tpu_b_full(b, &bat, 1)));
   tpu_val_t f = tpu_mx_bcast_batch(b, tpu_nn_div(b, t, d21), &vec);
   tpu_val_t wk = tpu_nn_mul(b, f, tpu_nn_sub(b, tpu_nn_mul(b, tpu_mx_bcast_batch(b, e11, &vec), c0), c1));
   tpu_val_t wk1 = tpu_nn_mul(b, f, tpu_nn_sub(b, tpu_nn_mul(b, tpu_mx_bcast_batch(b, e22, &vec), c1), c0));
-  tpu_val_t upd2 = tpu_nn_sub(b, tpu_nn_sub(b, W1, tpu_nn_mul(b, tpu_mx_bcast_vec(b, c0, &m, false),
-                                                              tpu_mx_bcast_vec(b, wk, &m, true))),
-                              tpu_nn_mul(b, tpu_mx_bcast_vec(b, c1, &m, false), tpu_mx_bcast_vec(b, wk1, &m, true)));
+  tpu_val_t upd2 = tpu_nn_sub(b, tpu_nn_sub(b, W1, tpu_ldl_outer(b, c0, wk, &m)), tpu_ldl_outer(b, c1, wk1, &m));
   tpu_aval_t pm = tpu_mx_retype(&m, TPU_BOOL), pv = tpu_mx_retype(&vec, TPU_BOOL);
   tpu_val_t t0 = tpu_b_binary(b, "stablehlo.add", tpu_ldl_splat(b, k, &ibat), tpu_b_convert(b, p.two, TPU_I32));
   tpu_val_t upd_on = tpu_ldl_and(b, tpu_ldl_trailing(b, &m, t0),
@@ -226,9 +231,8 @@ static void tpu_ldl_forward_step(tpu_builder_t* b, void* ctx, tpu_val_t k, const
   tpu_val_t X = tpu_ldl_swap(b, in[0], r - 2, s, tpu_b_select(b, tpu_b_binary(b, "stablehlo.or", one, two), target, s));
   tpu_val_t ck = tpu_mx_take(b, in[2], r - 1, k), ck1 = tpu_mx_take(b, in[2], r - 1, k1);
   tpu_val_t xk = tpu_mx_take(b, X, r - 2, k), xk1 = tpu_mx_take(b, X, r - 2, k1);
-  tpu_val_t upd1 = tpu_nn_sub(b, X, tpu_nn_mul(b, tpu_mx_bcast_vec(b, ck, &xa, false), tpu_mx_bcast_vec(b, xk, &xa, true)));
-  tpu_val_t upd2 =
-      tpu_nn_sub(b, upd1, tpu_nn_mul(b, tpu_mx_bcast_vec(b, ck1, &xa, false), tpu_mx_bcast_vec(b, xk1, &xa, true)));
+  tpu_val_t upd1 = tpu_nn_sub(b, X, tpu_ldl_outer(b, ck, xk, &xa));
+  tpu_val_t upd2 = tpu_nn_sub(b, upd1, tpu_ldl_outer(b, ck1, xk1, &xa));
   tpu_aval_t pa = tpu_mx_retype(&xa, TPU_BOOL), ia = tpu_mx_retype(&xa, TPU_I32);
   tpu_val_t t0 = tpu_b_binary(b, "stablehlo.add", tpu_ldl_splat(b, k, &ibat), tpu_b_convert(b, two, TPU_I32));
   tpu_val_t below = tpu_b_compare(b, "GT", tpu_b_iota(b, &ia, r - 2), tpu_mx_bcast_batch(b, t0, &ia));
@@ -259,8 +263,8 @@ static void tpu_ldl_backward_step(tpu_builder_t* b, void* ctx, tpu_val_t j, cons
   tpu_aval_t xa = *tpu_b_aval(b, in[0]), bat = tpu_mx_drop(&xa, 2), ibat = tpu_mx_retype(&bat, TPU_I32);
   int r = xa.rank;
   tpu_val_t k = tpu_b_binary(b, "stablehlo.subtract", tpu_b_const_i(b, TPU_I32, xa.dims[r - 2] - 1), j);
-  tpu_val_t km1 = tpu_b_binary(b, "stablehlo.maximum", tpu_b_binary(b, "stablehlo.subtract", k, tpu_b_const_i(b, TPU_I32, 1)),
-                               tpu_b_const_i(b, TPU_I32, 0));
+  tpu_val_t km1 = tpu_b_binary(b, "stablehlo.subtract", k, tpu_b_const_i(b, TPU_I32, 1));
+  km1 = tpu_b_binary(b, "stablehlo.maximum", km1, tpu_b_const_i(b, TPU_I32, 0));
   tpu_val_t one, two, target, kb = tpu_ldl_splat(b, k, &ibat);
   tpu_ldl_block(b, in, k, kb, &one, &two, &target);
   tpu_aval_t ia = tpu_mx_retype(&xa, TPU_I32);
@@ -342,7 +346,8 @@ static bool tpu_ldl_batch(tpu_builder_t* b, const tpu_aval_t* la, const tpu_aval
   int lb = la->rank - 2, xb = xa->rank - 2;
   *nb = lb > xb ? lb : xb;
   for (int i = 0; i < *nb; i++) {
-    int64_t l = i - (*nb - lb) >= 0 ? la->dims[i - (*nb - lb)] : 1, x = i - (*nb - xb) >= 0 ? xa->dims[i - (*nb - xb)] : 1;
+    int il = i - (*nb - lb), ix = i - (*nb - xb);
+    int64_t l = il >= 0 ? la->dims[il] : 1, x = ix >= 0 ? xa->dims[ix] : 1;
     if (l != x && l != 1 && x != 1) {
       TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "The size of tensor a (%" PRId64 ") must match the size of tensor b (%" PRId64
                  ") at non-singleton dimension %d", l, x, i);
@@ -377,7 +382,8 @@ static bool tpu_ldl_solve_check(tpu_builder_t* b, const tpu_aval_t* la, const tp
   int64_t n = la->dims[la->rank - 1];
   if (xa->dims[xa->rank - 2] != n) {
     TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "Incompatible matrix sizes for %s: each A matrix is %" PRId64 " by %" PRId64
-               " but each b matrix is %" PRId64 " by %" PRId64, api, n, n, xa->dims[xa->rank - 2], xa->dims[xa->rank - 1]);
+               " but each b matrix is %" PRId64 " by %" PRId64, api, n, n, xa->dims[xa->rank - 2],
+               xa->dims[xa->rank - 1]);
     return false;
   }
   return true;
