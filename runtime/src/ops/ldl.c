@@ -38,20 +38,6 @@ static tpu_val_t tpu_ldl_entry(tpu_builder_t* b, tpu_val_t v, tpu_val_t idx) {
   return tpu_mx_pick(b, hit, v, a.rank - 1);
 }
 
-/* x with its slices i and j (per batch, i32 of shape batch...) along `dim` exchanged. */
-static tpu_val_t tpu_ldl_swap(tpu_builder_t* b, tpu_val_t x, int dim, tpu_val_t i, tpu_val_t j) {
-  tpu_aval_t a = *tpu_b_aval(b, x), ia = tpu_mx_retype(&a, TPU_I32);
-  tpu_val_t idx = tpu_b_iota(b, &ia, dim);
-  tpu_val_t is_i = tpu_b_compare(b, "EQ", idx, tpu_mx_bcast_batch(b, i, &ia));
-  tpu_val_t is_j = tpu_b_compare(b, "EQ", idx, tpu_mx_bcast_batch(b, j, &ia));
-  int64_t bd[TPU_MAX_RANK];
-  for (int d = 0, o = 0; d < a.rank; d++)
-    if (d != dim) bd[o++] = d;
-  tpu_val_t at_i = tpu_b_broadcast_in_dim(b, tpu_mx_pick(b, is_i, x, dim), a.rank, a.dims, bd);
-  tpu_val_t at_j = tpu_b_broadcast_in_dim(b, tpu_mx_pick(b, is_j, x, dim), a.rank, a.dims, bd);
-  return tpu_b_select(b, is_i, at_j, tpu_b_select(b, is_j, at_i, x));
-}
-
 /* A 0-d i32 value broadcast to shape a (which must be i32). */
 static tpu_val_t tpu_ldl_splat(tpu_builder_t* b, tpu_val_t k, const tpu_aval_t* a) {
   return tpu_b_broadcast_in_dim(b, k, a->rank, a->dims, NULL);
@@ -156,7 +142,7 @@ static void tpu_ldl_factor_step(tpu_builder_t* b, void* ctx, tpu_val_t k, const 
   tpu_val_t act = tpu_ldl_not(b, in[3]);
   tpu_ldl_pivot_t p = tpu_ldl_choose(b, W, k);
   tpu_val_t kp = tpu_b_select(b, act, p.kp, p.kk); /* skipped: no exchange */
-  tpu_val_t W1 = tpu_ldl_swap(b, tpu_ldl_swap(b, W, r - 2, p.kk, kp), r - 1, p.kk, kp);
+  tpu_val_t W1 = tpu_mx_swap(b, tpu_mx_swap(b, W, r - 2, p.kk, kp), r - 1, p.kk, kp);
   /* columns k and k+1 after the exchange; D's entries */
   tpu_val_t c0 = tpu_mx_take(b, W1, r - 1, k), c1 = tpu_mx_take(b, W1, r - 1, k1);
   tpu_val_t d = tpu_mx_take(b, c0, r - 2, k), d21 = tpu_mx_take(b, c0, r - 2, k1), dk1 = tpu_mx_take(b, c1, r - 2, k1);
@@ -228,7 +214,7 @@ static void tpu_ldl_forward_step(tpu_builder_t* b, void* ctx, tpu_val_t k, const
   tpu_val_t s = tpu_ldl_splat(b, k, &ibat);
   tpu_ldl_block(b, in, k, s, &one, &two, &target);
   s = tpu_b_select(b, two, tpu_ldl_splat(b, k1, &ibat), s); /* a 2x2 block exchanged its second row */
-  tpu_val_t X = tpu_ldl_swap(b, in[0], r - 2, s, tpu_b_select(b, tpu_b_binary(b, "stablehlo.or", one, two), target, s));
+  tpu_val_t X = tpu_mx_swap(b, in[0], r - 2, s, tpu_b_select(b, tpu_b_binary(b, "stablehlo.or", one, two), target, s));
   tpu_val_t ck = tpu_mx_take(b, in[2], r - 1, k), ck1 = tpu_mx_take(b, in[2], r - 1, k1);
   tpu_val_t xk = tpu_mx_take(b, X, r - 2, k), xk1 = tpu_mx_take(b, X, r - 2, k1);
   tpu_val_t upd1 = tpu_nn_sub(b, X, tpu_ldl_outer(b, ck, xk, &xa));
@@ -277,7 +263,7 @@ static void tpu_ldl_backward_step(tpu_builder_t* b, void* ctx, tpu_val_t j, cons
   tpu_val_t act = tpu_b_binary(b, "stablehlo.or", one, two);
   X = tpu_ldl_set_row(b, X, k, tpu_nn_sub(b, tpu_mx_take(b, X, r - 2, k), dk), act);
   X = tpu_ldl_set_row(b, X, km1, tpu_nn_sub(b, tpu_mx_take(b, X, r - 2, km1), dkm1), two);
-  out[0] = tpu_ldl_swap(b, X, r - 2, kb, target);
+  out[0] = tpu_mx_swap(b, X, r - 2, kb, target);
   out[1] = two;
   out[2] = in[2];
   out[3] = in[3];

@@ -25,23 +25,11 @@
 
 /* ---------------------------------------------------------- row exchanges */
 
-/* v with entries k and p (per batch, i32 vector index `p` of shape batch...)
- * exchanged, along dim `dim` (rows of a matrix, or the entries of a vector). */
+/* v with entries k (0-d, the same for the whole batch) and p (per batch, i32 of
+ * shape batch...) exchanged along dim `dim`. */
 static tpu_val_t tpu_lu_swap(tpu_builder_t* b, tpu_val_t v, int dim, tpu_val_t k, tpu_val_t p) {
-  tpu_aval_t a = *tpu_b_aval(b, v);
-  tpu_aval_t ia = tpu_mx_retype(&a, TPU_I32);
-  tpu_val_t idx = tpu_b_iota(b, &ia, dim);
-  tpu_val_t is_k = tpu_b_compare(b, "EQ", idx, tpu_b_broadcast_in_dim(b, k, a.rank, a.dims, NULL));
-  tpu_val_t is_p = tpu_b_compare(b, "EQ", idx, tpu_mx_bcast_batch(b, p, &ia));
-  tpu_val_t at_k = tpu_mx_take(b, v, dim, k);
-  tpu_val_t at_p = tpu_mx_pick(b, is_p, v, dim);
-  /* The picked slices lack `dim`; put it back by broadcasting along it. */
-  int64_t bd[TPU_MAX_RANK];
-  for (int i = 0, o = 0; i < a.rank; i++)
-    if (i != dim) bd[o++] = i;
-  tpu_val_t wk = tpu_b_broadcast_in_dim(b, at_k, a.rank, a.dims, bd);
-  tpu_val_t wp = tpu_b_broadcast_in_dim(b, at_p, a.rank, a.dims, bd);
-  return tpu_b_select(b, is_k, wp, tpu_b_select(b, is_p, wk, v));
+  tpu_aval_t pa = *tpu_b_aval(b, p); /* a copy: adding values may move the builder's avals */
+  return tpu_mx_swap(b, v, dim, tpu_b_broadcast_in_dim(b, k, pa.rank, pa.dims, NULL), p);
 }
 
 /* ---------------------------------------------------------- factorisation */

@@ -111,6 +111,20 @@ tpu_val_t tpu_mx_pick(tpu_builder_t* b, tpu_val_t mask, tpu_val_t x, int dim) {
   return tpu_b_reduce(b, tpu_b_select(b, mask, x, z), tpu_b_const(b, a.dtype, 0), 1, &d, "stablehlo.add");
 }
 
+/* x with its slices i and j (per batch, i32 of shape batch...) along `dim` exchanged. */
+tpu_val_t tpu_mx_swap(tpu_builder_t* b, tpu_val_t x, int dim, tpu_val_t i, tpu_val_t j) {
+  tpu_aval_t a = *tpu_b_aval(b, x), ia = tpu_mx_retype(&a, TPU_I32);
+  tpu_val_t idx = tpu_b_iota(b, &ia, dim);
+  tpu_val_t is_i = tpu_b_compare(b, "EQ", idx, tpu_mx_bcast_batch(b, i, &ia));
+  tpu_val_t is_j = tpu_b_compare(b, "EQ", idx, tpu_mx_bcast_batch(b, j, &ia));
+  int64_t bd[TPU_MAX_RANK];
+  for (int d = 0, o = 0; d < a.rank; d++)
+    if (d != dim) bd[o++] = d;
+  tpu_val_t at_i = tpu_b_broadcast_in_dim(b, tpu_mx_pick(b, is_i, x, dim), a.rank, a.dims, bd);
+  tpu_val_t at_j = tpu_b_broadcast_in_dim(b, tpu_mx_pick(b, is_j, x, dim), a.rank, a.dims, bd);
+  return tpu_b_select(b, is_i, at_j, tpu_b_select(b, is_j, at_i, x));
+}
+
 tpu_val_t tpu_mx_diag(tpu_builder_t* b, tpu_val_t x) {
   tpu_aval_t m = *tpu_b_aval(b, x);
   int r = m.rank;

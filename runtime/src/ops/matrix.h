@@ -41,6 +41,9 @@ tpu_val_t tpu_mx_take(tpu_builder_t* b, tpu_val_t x, int dim, tpu_val_t k);
 /* Sum over `dim` of x where mask, else 0: the one entry a one-hot mask selects
  * (a per-batch index, which dynamic_slice cannot take). */
 tpu_val_t tpu_mx_pick(tpu_builder_t* b, tpu_val_t mask, tpu_val_t x, int dim);
+/* x with its slices i and j along `dim` exchanged; i and j are per-batch i32
+ * indices (batch...), as row exchanges of pivoting factorisations need. */
+tpu_val_t tpu_mx_swap(tpu_builder_t* b, tpu_val_t x, int dim, tpu_val_t i, tpu_val_t j);
 /* The diagonal (batch..., min(m, n)) of matrices x. */
 tpu_val_t tpu_mx_diag(tpu_builder_t* b, tpu_val_t x);
 /* Identity matrices of shape m (batch..., n, n), dtype m->dtype. */
