@@ -27,15 +27,17 @@ def test_lstsq(a_shape, b_shape, driver, dtype):
 
 
 def test_lstsq_rank_deficient_and_rcond():
-    a = torch.randn(6, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    g = torch.Generator().manual_seed(1)
+    a = torch.randn(6, 4, dtype=torch.float64, generator=g)
     a[:, 3] = a[:, 0] - 2 * a[:, 1]  # rank 3: the minimum-norm solution, rank 3
-    b = torch.randn(6, 2, dtype=torch.float64)
+    b = torch.randn(6, 2, dtype=torch.float64, generator=g)
     check(lambda x, y: tuple(torch.linalg.lstsq(x, y)), a, b)
     check(lambda x, y: tuple(torch.linalg.lstsq(x, y, driver="gelsd")[::2]), a, b)  # solution, rank
     check(lambda x, y: torch.linalg.lstsq(x, y, rcond=0.5, driver="gelsd").rank, a, b)
 
 
 def test_lstsq_grad():
-    a = torch.randn(2, 6, 3, generator=torch.Generator().manual_seed(2)) + torch.eye(6, 3)
-    b = torch.randn(2, 6, 2)
+    g = torch.Generator().manual_seed(2)
+    a = torch.randn(2, 6, 3, generator=g) + torch.eye(6, 3)
+    b = torch.randn(2, 6, 2, generator=g)
     check_grad(lambda x, y: torch.linalg.lstsq(x, y).solution, a, b, scale=4.0)
