@@ -163,10 +163,10 @@ def test_device_capability_and_properties():
     acc = torch.accelerator.get_device_capability("tpu")
     assert cap["supported_dtypes"] == acc["supported_dtypes"]
     for dt in (torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.bool,
-               torch.complex64):
+               torch.complex64, torch.uint16, torch.uint32, torch.uint64):
         assert dt in cap["supported_dtypes"]
         torch.zeros(2, dtype=dt, device="tpu")  # what is claimed really allocates
-    for dt in (torch.quint8, torch.float8_e4m3fn, torch.uint16):
+    for dt in (torch.quint8, torch.float8_e4m3fn, torch.complex32):
         assert dt not in cap["supported_dtypes"]
     assert cap["platform"] == torchtpu._C.platform_name()
     props = torch.tpu.get_device_properties()

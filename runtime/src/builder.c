@@ -350,6 +350,8 @@ tpu_val_t tpu_b_const(tpu_builder_t* b, tpu_dtype_t dtype, double value) {
     }
     if (dtype == TPU_BOOL) return tpu_b_const_i(b, dtype, value != 0.0);
     if (isnan(value)) return tpu_b_const_i(b, dtype, 0);
+    if (dtype == TPU_U64 && value >= 0x1p63 && value < 0x1p64) /* beyond int64: through uint64 */
+      return tpu_b_const_i(b, dtype, (int64_t)(uint64_t)value);
     return tpu_b_const_i(b, dtype, (int64_t)value);
   }
   /* f16/bf16: an f32 constant converted, so rounding follows XLA's convert. */
@@ -369,19 +371,42 @@ tpu_val_t tpu_b_const_i(tpu_builder_t* b, tpu_dtype_t dtype, int64_t value) {
   if (dtype == TPU_BOOL) {
     snprintf(attrs, sizeof(attrs), "value = dense<%s> : tensor<i1>", value ? "true" : "false");
   } else {
-    /* Wrap into the type's range the way a C cast does. */
+    /* Wrap into the type's range the way a C cast does; an unsigned type's
+     * constant is printed unsigned (MLIR rejects a negative ui64 literal). */
     int64_t v = value;
     switch (dtype) {
       case TPU_U8: v = (uint8_t)value; break;
       case TPU_I8: v = (int8_t)value; break;
       case TPU_I16: v = (int16_t)value; break;
       case TPU_I32: v = (int32_t)value; break;
+      case TPU_U16: v = (uint16_t)value; break;
+      case TPU_U32: v = (uint32_t)value; break;
       default: break;
     }
-    snprintf(attrs, sizeof(attrs), "value = dense<%" PRId64 "> : tensor<%s>", v, tpu_dtype_mlir(dtype));
+    if (dtype == TPU_U64)
+      snprintf(attrs, sizeof(attrs), "value = dense<%" PRIu64 "> : tensor<ui64>", (uint64_t)value);
+    else
+      snprintf(attrs, sizeof(attrs), "value = dense<%" PRId64 "> : tensor<%s>", v, tpu_dtype_mlir(dtype));
   }
   tpu_aval_t a = tpu_aval_make(dtype, 0, NULL);
   return tpu_b_op1(b, "stablehlo.constant", 0, NULL, attrs, &a);
+}
+
+tpu_val_t tpu_b_const_extreme(tpu_builder_t* b, tpu_dtype_t t, bool lowest) {
+  if (tpu_dtype_is_float(t)) return tpu_b_const(b, t, lowest ? -INFINITY : INFINITY);
+  int64_t lo, hi;
+  switch (t) {
+    case TPU_BOOL: lo = 0; hi = 1; break;
+    case TPU_U8: lo = 0; hi = UINT8_MAX; break;
+    case TPU_I8: lo = INT8_MIN; hi = INT8_MAX; break;
+    case TPU_I16: lo = INT16_MIN; hi = INT16_MAX; break;
+    case TPU_I32: lo = INT32_MIN; hi = INT32_MAX; break;
+    case TPU_U16: lo = 0; hi = UINT16_MAX; break;
+    case TPU_U32: lo = 0; hi = UINT32_MAX; break;
+    case TPU_U64: lo = 0; hi = -1; break; /* all ones: UINT64_MAX's bit pattern */
+    default: lo = INT64_MIN; hi = INT64_MAX; break;
+  }
+  return tpu_b_const_i(b, t, lowest ? lo : hi);
 }
 
 tpu_val_t tpu_b_full(tpu_builder_t* b, const tpu_aval_t* aval_in, double value) {
@@ -737,23 +762,7 @@ void tpu_b_argreduce(tpu_builder_t* b, tpu_val_t x, int dim, bool is_max, tpu_va
   tpu_aval_t idx_av = in;
   idx_av.dtype = TPU_I64;
   tpu_val_t idx = tpu_b_iota(b, &idx_av, dim);
-  double lowest = is_max ? -INFINITY : INFINITY;
-  tpu_val_t init_v;
-  if (tpu_dtype_is_float(t)) {
-    init_v = tpu_b_const(b, t, lowest);
-  } else if (t == TPU_BOOL) {
-    init_v = tpu_b_const_i(b, t, is_max ? 0 : 1);
-  } else {
-    int64_t lo, hi;
-    switch (t) {
-      case TPU_U8: lo = 0; hi = 255; break;
-      case TPU_I8: lo = INT8_MIN; hi = INT8_MAX; break;
-      case TPU_I16: lo = INT16_MIN; hi = INT16_MAX; break;
-      case TPU_I32: lo = INT32_MIN; hi = INT32_MAX; break;
-      default: lo = INT64_MIN; hi = INT64_MAX; break;
-    }
-    init_v = tpu_b_const_i(b, t, is_max ? lo : hi);
-  }
+  tpu_val_t init_v = tpu_b_const_extreme(b, t, is_max);
   tpu_val_t init_i = tpu_b_const_i(b, TPU_I64, INT64_MAX);
 
   tpu_aval_t sv = tpu_aval_make(t, 0, NULL), si = tpu_aval_make(TPU_I64, 0, NULL);

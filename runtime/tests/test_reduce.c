@@ -122,6 +122,46 @@ TEST(reduce_max_nan_and_first_index) {
   kit_release(&x);
 }
 
+/* Unsigned dtypes: the identities of max/min are 0 and the all-ones pattern, and
+ * comparisons are unsigned, so the top half of uint64's range is not negative. */
+TEST(reduce_unsigned_extremes) {
+  uint64_t a[4] = {5, UINT64_MAX - 1, 0, UINT64_C(1) << 63};
+  tpu_tensor_t x, z;
+  ASSERT_OK(kit_tensor(TPU_U64, 1, (int64_t[]){4}, a, &x));
+  tpu_arg_t args[3] = {kit_arg_tensor(&x), kit_arg_ints(0, NULL), kit_arg_bool(false)};
+  uint64_t got = 0;
+  ASSERT_OK(kit_run1("amax", "", args, 3, &z));
+  ASSERT_OK(tpu_tensor_download(&z, &got, sizeof(got)));
+  ASSERT(z.dtype == TPU_U64 && got == UINT64_MAX - 1);
+  kit_release(&z);
+  ASSERT_OK(kit_run1("amin", "", args, 3, &z));
+  ASSERT_OK(tpu_tensor_download(&z, &got, sizeof(got)));
+  ASSERT(got == 0);
+  kit_release(&z);
+  tpu_arg_t am[3] = {kit_arg_tensor(&x), kit_arg_none(), kit_arg_bool(false)};
+  ASSERT_OK(kit_run1("argmax", "", am, 3, &z));
+  KIT_CHECK("argmax(u64)", &z, TPU_I64, 0, NULL, (float[]){1}, 1, 0);
+  ASSERT_OK(kit_run1("argmin", "", am, 3, &z));
+  KIT_CHECK("argmin(u64)", &z, TPU_I64, 0, NULL, (float[]){2}, 1, 0);
+  /* a scalar past INT64_MAX (its bit pattern in an int64) fills a uint64 tensor */
+  tpu_arg_t fill[2] = {kit_arg_tensor(&x), kit_arg_scalar_i((int64_t)UINT64_MAX)};
+  ASSERT_OK(kit_run1("fill", "Scalar", fill, 2, &z));
+  uint64_t f[4] = {0};
+  ASSERT_OK(tpu_tensor_download(&z, f, sizeof(f)));
+  ASSERT(f[0] == UINT64_MAX && f[3] == UINT64_MAX);
+  kit_release(&z);
+  kit_release(&x);
+  uint32_t b32[3] = {7, UINT32_MAX, 0};
+  ASSERT_OK(kit_tensor(TPU_U32, 1, (int64_t[]){3}, b32, &x));
+  args[0] = kit_arg_tensor(&x);
+  uint32_t got32 = 0;
+  ASSERT_OK(kit_run1("amax", "", args, 3, &z));
+  ASSERT_OK(tpu_tensor_download(&z, &got32, sizeof(got32)));
+  ASSERT(z.dtype == TPU_U32 && got32 == UINT32_MAX);
+  kit_release(&z);
+  kit_release(&x);
+}
+
 TEST(reduce_var_std_correction_is_runtime) {
   float a[6] = {1, 2, 3, 4, 6, 8};
   tpu_tensor_t x, z, o[4];

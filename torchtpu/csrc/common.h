@@ -54,6 +54,9 @@ inline bool to_tpu_dtype(c10::ScalarType t, tpu_dtype_t* out) {
     case c10::ScalarType::Double: *out = TPU_F64; return true;
     case c10::ScalarType::ComplexFloat: *out = TPU_C64; return true;
     case c10::ScalarType::ComplexDouble: *out = TPU_C128; return true;
+    case c10::ScalarType::UInt16: *out = TPU_U16; return true;
+    case c10::ScalarType::UInt32: *out = TPU_U32; return true;
+    case c10::ScalarType::UInt64: *out = TPU_U64; return true;
     default: return false;
   }
 }
@@ -78,6 +81,9 @@ inline c10::ScalarType scalar_type_of(tpu_dtype_t d) {
     case TPU_F64: return c10::ScalarType::Double;
     case TPU_C64: return c10::ScalarType::ComplexFloat;
     case TPU_C128: return c10::ScalarType::ComplexDouble;
+    case TPU_U16: return c10::ScalarType::UInt16;
+    case TPU_U32: return c10::ScalarType::UInt32;
+    case TPU_U64: return c10::ScalarType::UInt64;
     default: break;
   }
   TORCH_CHECK(false, "tpu: runtime returned an invalid dtype ", static_cast<int>(d));

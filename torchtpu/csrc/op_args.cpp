@@ -28,7 +28,9 @@ tpu_scalar_t scalar_from(const c10::Scalar& s, const std::string& full) {
     v.i = s.toBool() ? 1 : 0;
   } else if (s.isIntegral(false)) {
     v.dtype = TPU_I64;
-    v.i = s.toLong();
+    // A uint64 value past INT64_MAX (a HAS_u scalar) travels as its bit pattern;
+    // the lowering converts it to the unsigned dtype it combines with.
+    v.i = s.type() == c10::ScalarType::UInt64 ? static_cast<int64_t>(s.to<uint64_t>()) : s.toLong();
   } else if (s.isFloatingPoint()) {
     v.dtype = TPU_F64;
     v.f = s.toDouble();

@@ -60,6 +60,8 @@ int tpu_b_rank(const tpu_builder_t* b, tpu_val_t v);
 /* ---- constants ---- */
 tpu_val_t tpu_b_const(tpu_builder_t* b, tpu_dtype_t dtype, double value);     /* 0-d */
 tpu_val_t tpu_b_const_i(tpu_builder_t* b, tpu_dtype_t dtype, int64_t value);  /* 0-d */
+/* 0-d: dtype's lowest (or highest) value, -inf/+inf for floats: the identity of max (min). */
+tpu_val_t tpu_b_const_extreme(tpu_builder_t* b, tpu_dtype_t dtype, bool lowest);
 /* A 0-d constant broadcast to `aval`. */
 tpu_val_t tpu_b_full(tpu_builder_t* b, const tpu_aval_t* aval, double value);
 tpu_val_t tpu_b_iota(tpu_builder_t* b, const tpu_aval_t* aval, int dim);

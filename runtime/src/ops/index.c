@@ -476,18 +476,7 @@ static const tpu_idx_reduce_t* tpu_idx_find_reduce(const char* s, int first, int
 /* The identity of a reduction for dtype t, as a 0-d constant. */
 static tpu_val_t tpu_idx_identity(tpu_builder_t* b, tpu_dtype_t t, int kind) {
   if (kind < 2) return tpu_b_const(b, t, kind);
-  bool hi = kind == 3;
-  if (tpu_dtype_is_float(t)) return tpu_b_const(b, t, hi ? INFINITY : -INFINITY);
-  if (t == TPU_BOOL) return tpu_b_const_i(b, t, hi);
-  int64_t lo_v, hi_v;
-  switch (t) {
-    case TPU_U8: lo_v = 0; hi_v = 255; break;
-    case TPU_I8: lo_v = INT8_MIN; hi_v = INT8_MAX; break;
-    case TPU_I16: lo_v = INT16_MIN; hi_v = INT16_MAX; break;
-    case TPU_I32: lo_v = INT32_MIN; hi_v = INT32_MAX; break;
-    default: lo_v = INT64_MIN; hi_v = INT64_MAX; break;
-  }
-  return tpu_b_const_i(b, t, hi ? hi_v : lo_v);
+  return tpu_b_const_extreme(b, t, kind != 3);
 }
 
 /* Shared checks of scatter-like ops: index int32/int64, same rank, sizes within bounds. */

@@ -103,30 +103,12 @@ static const char* const tpu_red_bodies[][2] = {
     [TPU_RED_MIN] = {"stablehlo.minimum", "stablehlo.and"},
 };
 
-/* The largest (or lowest) value of dtype t: the identity of min (or max). */
-static tpu_val_t tpu_red_extreme(tpu_builder_t* b, tpu_dtype_t t, bool lowest) {
-  if (tpu_dtype_is_float(t)) return tpu_b_const(b, t, lowest ? -INFINITY : INFINITY);
-  int64_t lo, hi;
-  switch (t) {
-    case TPU_BOOL: lo = 0; hi = 1; break;
-    case TPU_U8: lo = 0; hi = UINT8_MAX; break;
-    case TPU_I8: lo = INT8_MIN; hi = INT8_MAX; break;
-    case TPU_I16: lo = INT16_MIN; hi = INT16_MAX; break;
-    case TPU_I32: lo = INT32_MIN; hi = INT32_MAX; break;
-    case TPU_U16: lo = 0; hi = UINT16_MAX; break;
-    case TPU_U32: lo = 0; hi = UINT32_MAX; break;
-    case TPU_U64: lo = 0; hi = INT64_MAX; break; /* the i64 constant path caps it; shell dtype */
-    default: lo = INT64_MIN; hi = INT64_MAX; break;
-  }
-  return tpu_b_const_i(b, t, lowest ? lo : hi);
-}
-
 static tpu_val_t tpu_red_identity(tpu_builder_t* b, tpu_dtype_t t, tpu_red_kind_t kind) {
   switch (kind) {
     case TPU_RED_SUM: return tpu_b_const_i(b, t, 0);
     case TPU_RED_PROD: return tpu_b_const_i(b, t, 1);
-    case TPU_RED_MAX: return tpu_red_extreme(b, t, true);
-    default: return tpu_red_extreme(b, t, false);
+    case TPU_RED_MAX: return tpu_b_const_extreme(b, t, true);
+    default: return tpu_b_const_extreme(b, t, false);
   }
 }
 
@@ -894,7 +876,7 @@ static tpu_status_t* tpu_lower_cumext(tpu_builder_t* b, tpu_op_t* op, tpu_val_t*
   tpu_aval_t ia = in;
   ia.dtype = TPU_I64;
   v[1] = in.rank > 0 ? tpu_b_iota(b, &ia, dim) : tpu_b_const_i(b, TPU_I64, 0);
-  tpu_val_t idents[2] = {tpu_red_extreme(b, in.dtype, is_max), tpu_b_const_i(b, TPU_I64, -1)};
+  tpu_val_t idents[2] = {tpu_b_const_extreme(b, in.dtype, is_max), tpu_b_const_i(b, TPU_I64, -1)};
   tpu_red_scan(b, 2, v, idents, dim, tpu_scan_cumext, &is_max);
   outs[0] = v[0];
   outs[1] = v[1];
