@@ -52,7 +52,9 @@ const tpu_status_t* tpu_b_error(const tpu_builder_t* b);
 tpu_status_t* tpu_b_take_error(tpu_builder_t* b);
 #define TPU_B_FAIL(b, code, ...) tpu_b_fail((b), TPU_STATUS((code), __VA_ARGS__))
 
-/* Abstract value of `v` (dtype, rank, dims); a zeroed aval for TPU_NOVAL. */
+/* Abstract value of `v` (dtype, rank, dims); a zeroed aval for TPU_NOVAL. The
+ * pointer is valid until the next value is created (the table grows by realloc):
+ * a caller that builds more values first copies it (`tpu_aval_t a = *tpu_b_aval(..)`). */
 const tpu_aval_t* tpu_b_aval(const tpu_builder_t* b, tpu_val_t v);
 tpu_dtype_t tpu_b_dtype(const tpu_builder_t* b, tpu_val_t v);
 int tpu_b_rank(const tpu_builder_t* b, tpu_val_t v);

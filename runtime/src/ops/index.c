@@ -44,9 +44,9 @@ static const char* tpu_idx_body(tpu_dtype_t t, const char* body) {
 tpu_val_t tpu_idx_wrap(tpu_builder_t* b, tpu_val_t idx, int64_t size) {
   idx = tpu_b_convert(b, idx, TPU_I64);
   if (!tpu_b_ok(b)) return TPU_NOVAL;
-  const tpu_aval_t* a = tpu_b_aval(b, idx);
-  tpu_val_t zero = tpu_b_full(b, a, 0.0);
-  tpu_val_t n = tpu_b_broadcast_in_dim(b, tpu_idx_c64(b, size), a->rank, a->dims, NULL);
+  const tpu_aval_t a = *tpu_b_aval(b, idx); /* a copy: new values move the table */
+  tpu_val_t zero = tpu_b_full(b, &a, 0.0);
+  tpu_val_t n = tpu_b_broadcast_in_dim(b, tpu_idx_c64(b, size), a.rank, a.dims, NULL);
   tpu_val_t neg = tpu_b_compare(b, "LT", idx, zero);
   return tpu_b_select(b, neg, tpu_b_binary(b, "stablehlo.add", idx, n), idx);
 }
@@ -667,10 +667,10 @@ static tpu_status_t* tpu_lower_index_add(tpu_builder_t* b, tpu_op_t* op, int max
   tpu_val_t src = tpu_idx_along_source(b, op, dim, in.dtype, "index_add");
   if (tpu_ops_has_value(op, 4)) {
     tpu_val_t alpha = tpu_op_scalar(b, op, 4, in.dtype);
-    const tpu_aval_t* a = tpu_b_aval(b, src);
+    const tpu_aval_t a = *tpu_b_aval(b, src);
     /* bool: alpha*source is a logical and (alpha=False adds nothing), as on CPU. */
     const char* mul = in.dtype == TPU_BOOL ? "stablehlo.and" : "stablehlo.multiply";
-    if (tpu_b_ok(b)) src = tpu_b_binary(b, mul, src, tpu_b_broadcast_in_dim(b, alpha, a->rank, a->dims, NULL));
+    if (tpu_b_ok(b)) src = tpu_b_binary(b, mul, src, tpu_b_broadcast_in_dim(b, alpha, a.rank, a.dims, NULL));
   }
   return tpu_idx_put_self_along(b, op, dim, idx, src, "stablehlo.add", outs, nouts);
 }

@@ -613,17 +613,17 @@ tpu_val_t tpu_conv_apply(tpu_builder_t* b, tpu_val_t x, tpu_val_t w, const tpu_c
 /* Adds bias [O] along dim 1. */
 tpu_val_t tpu_conv_add_bias(tpu_builder_t* b, tpu_op_t* op, int i, tpu_val_t y) {
   if (tpu_op_kind(op, i) != TPU_ARG_TENSOR) return y;
-  const tpu_aval_t* ya = tpu_b_aval(b, y);
+  const tpu_aval_t ya = *tpu_b_aval(b, y); /* a copy: new values move the table */
   tpu_aval_t ba = tpu_op_aval(op, i);
-  if (ba.rank != 1 || ba.dims[0] != ya->dims[1]) {
+  if (ba.rank != 1 || ba.dims[0] != ya.dims[1]) {
     TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "Given weight of size with %" PRId64
                " output channels, expected bias to be 1-dimensional with %" PRId64 " elements, but got bias of size [%" PRId64 "] instead",
-               ya->dims[1], ya->dims[1], ba.rank ? ba.dims[0] : 1);
+               ya.dims[1], ya.dims[1], ba.rank ? ba.dims[0] : 1);
     return TPU_NOVAL;
   }
   int64_t bd = 1;
-  tpu_val_t bias = tpu_b_convert(b, tpu_op_tensor(b, op, i), ya->dtype);
-  return tpu_b_binary(b, "stablehlo.add", y, tpu_b_broadcast_in_dim(b, bias, ya->rank, ya->dims, &bd));
+  tpu_val_t bias = tpu_b_convert(b, tpu_op_tensor(b, op, i), ya.dtype);
+  return tpu_b_binary(b, "stablehlo.add", y, tpu_b_broadcast_in_dim(b, bias, ya.rank, ya.dims, &bd));
 }
 
 /* convolution / convolution_overrideable(input, weight, bias, stride, padding,

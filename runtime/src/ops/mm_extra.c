@@ -107,8 +107,8 @@ static tpu_status_t* tpu_lower_weight_int8pack_mm(tpu_builder_t* b, tpu_op_t* op
   tpu_val_t wf = tpu_b_convert(b, tpu_op_tensor(b, op, 1), TPU_F32);
   tpu_val_t p = tpu_mm_dot(b, xf, wf, 0, 1, 1); /* (M, N) */
   int64_t bdim = 1;
-  const tpu_aval_t* pa = tpu_b_aval(b, p);
-  tpu_val_t sc = tpu_b_broadcast_in_dim(b, tpu_b_convert(b, tpu_op_tensor(b, op, 2), TPU_F32), 2, pa->dims, &bdim);
+  const tpu_aval_t pa = *tpu_b_aval(b, p); /* a copy: new values move the table */
+  tpu_val_t sc = tpu_b_broadcast_in_dim(b, tpu_b_convert(b, tpu_op_tensor(b, op, 2), TPU_F32), 2, pa.dims, &bdim);
   return tpu_ops_result1(tpu_b_convert(b, tpu_b_binary(b, "stablehlo.multiply", p, sc), x.dtype), outs, nouts);
 }
 

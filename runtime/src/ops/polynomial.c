@@ -118,8 +118,8 @@ static tpu_val_t pl_step_index(tpu_builder_t* b, tpu_val_t k) {
 
 /* j <= n per element. */
 static tpu_val_t pl_running(tpu_builder_t* b, tpu_val_t j, tpu_val_t n) {
-  const tpu_aval_t* a = tpu_b_aval(b, n);
-  return tpu_b_compare(b, "LE", tpu_b_broadcast_to(b, j, a->rank, a->dims), n);
+  const tpu_aval_t a = *tpu_b_aval(b, n); /* a copy: new values move the table */
+  return tpu_b_compare(b, "LE", tpu_b_broadcast_to(b, j, a.rank, a.dims), n);
 }
 
 static tpu_val_t pl_cond(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_val_t* in) {
