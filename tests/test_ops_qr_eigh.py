@@ -5,7 +5,8 @@ geqrf, linalg.householder_product (orgqr), ormqr, linalg.eigh / eigvalsh
 QR follows LAPACK's geqrf convention (dlarfg: beta = -sign(alpha) * norm, tau = 0
 for a column already zero below the diagonal), so for full-rank inputs Q, R, the
 compact form and tau are unique and compared with CPU directly. The tpu
-factorisation is unblocked (LAPACK's is blocked), so rounding differs: results use
+factorisation is blocked by 32-column panels with Q applied in WY form (LAPACK
+switches to its blocked code only from 128 columns), so rounding differs: results use
 COND_SCALE = 4 times the dtype tolerance (measured: the worst element of these
 shapes differs by ~1e-6 in float32, 0.1 of the unscaled tolerance). Rank-deficient
 inputs have no unique Q: there Q @ R == A, Q^T Q == I and R upper triangular.
@@ -24,7 +25,10 @@ import torch
 from tpu_testing import assert_raises_like, assert_same, check, tol
 
 DTYPES = [torch.float32, torch.float64]
-QR_SHAPES = [(1, 1), (3, 3), (5, 3), (3, 5), (2, 4, 4), (2, 3, 6, 4), (2, 4, 6), (24, 20)]
+# (70, 45), (40, 75) and (2, 66, 66) span two or three 32-column panels of the
+# blocked factorisation; (40, 75) also has columns right of the last reflector.
+QR_SHAPES = [(1, 1), (3, 3), (5, 3), (3, 5), (2, 4, 4), (2, 3, 6, 4), (2, 4, 6), (24, 20), (70, 45), (40, 75),
+             (2, 66, 66)]
 EIG_SHAPES = [(1, 1), (2, 2), (3, 3), (5, 5), (2, 4, 4), (2, 3, 7, 7), (32, 32)]
 COND_SCALE = 4.0
 EIG_SCALE = 8.0
@@ -111,6 +115,12 @@ def test_qr_rank_deficient(dtype, mode):
     # exactly zero columns below the diagonal give tau = 0, as LAPACK's dlarfg
     check(torch.geqrf, torch.zeros(3, 3, dtype=dtype))
     check(torch.geqrf, torch.eye(4, dtype=dtype))
+    # ... also in a later panel, where the WY form must treat the reflector as I
+    zlate = _rand((50, 45), dtype)
+    zlate[:, 40] = 0
+    check(torch.geqrf, zlate, scale=COND_SCALE)
+    q, r = torch.linalg.qr(zlate.to("tpu"), mode=mode)
+    _check_qr_invariants(zlate, q, r)
 
 
 def test_qr_ill_conditioned():

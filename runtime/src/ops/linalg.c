@@ -68,23 +68,6 @@ static bool tpu_la_bcast_batch(tpu_builder_t* b, tpu_val_t* x, tpu_val_t* y) {
   return tpu_b_ok(b);
 }
 
-/* stablehlo.triangular_solve: op(a) x = rhs (left) or x op(a) = rhs (right),
- * op = transpose when `trans`; a and rhs share batch dims. Only a's `lower`
- * triangle is read. */
-static tpu_val_t tpu_la_trisolve(tpu_builder_t* b, tpu_val_t a, tpu_val_t rhs, bool left, bool lower, bool unit,
-                                 bool trans) {
-  if (!tpu_b_ok(b)) return TPU_NOVAL;
-  tpu_aval_t ra = *tpu_b_aval(b, rhs);
-  if (tpu_aval_numel(&ra) == 0) return rhs; /* nothing to solve */
-  char attrs[256];
-  snprintf(attrs, sizeof(attrs),
-           "left_side = %s, lower = %s, unit_diagonal = %s, transpose_a = #stablehlo<transpose %s>",
-           left ? "true" : "false", lower ? "true" : "false", unit ? "true" : "false",
-           trans ? "TRANSPOSE" : "NO_TRANSPOSE");
-  tpu_val_t ins[2] = {a, rhs};
-  return tpu_b_op1(b, "stablehlo.triangular_solve", 2, ins, attrs, &ra);
-}
-
 /* The Cholesky factor of arg 0: L (lower, tril) or U = L^T (upper, triu). */
 static tpu_val_t tpu_la_cholesky(tpu_builder_t* b, tpu_op_t* op, bool upper) {
   tpu_aval_t a = tpu_op_aval(op, 0);
@@ -145,7 +128,7 @@ static tpu_status_t* tpu_lower_linalg_solve_triangular(tpu_builder_t* b, tpu_op_
   }
   tpu_val_t a = tpu_op_tensor(b, op, 0), rhs = tpu_op_tensor(b, op, 1);
   if (!tpu_la_bcast_batch(b, &a, &rhs)) return NULL;
-  return tpu_ops_result1(tpu_la_trisolve(b, a, rhs, left, !upper, unit, false), outs, nouts);
+  return tpu_ops_result1(tpu_mx_trisolve(b, a, rhs, left, !upper, unit, false), outs, nouts);
 }
 
 /* triangular_solve(self=B, A, upper=True, transpose=False, unitriangular=False)
@@ -157,7 +140,7 @@ static tpu_status_t* tpu_lower_triangular_solve(tpu_builder_t* b, tpu_op_t* op, 
   bool upper = tpu_op_bool(op, 2, true), trans = tpu_op_bool(op, 3, false), unit = tpu_op_bool(op, 4, false);
   tpu_val_t a = tpu_op_tensor(b, op, 1), rhs = tpu_op_tensor(b, op, 0);
   if (!tpu_la_bcast_batch(b, &a, &rhs)) return NULL;
-  outs[0] = tpu_la_trisolve(b, a, rhs, true, !upper, unit, trans);
+  outs[0] = tpu_mx_trisolve(b, a, rhs, true, !upper, unit, trans);
   outs[1] = a;
   *nouts = 2;
   return NULL;
@@ -168,8 +151,8 @@ static tpu_status_t* tpu_lower_triangular_solve(tpu_builder_t* b, tpu_op_t* op, 
 static tpu_val_t tpu_la_cholesky_solve(tpu_builder_t* b, tpu_val_t factor, tpu_val_t rhs, bool upper) {
   bool lower = !upper;
   /* lower: L y = rhs, then L^T x = y; upper: U^T y = rhs, then U x = y. */
-  tpu_val_t y = tpu_la_trisolve(b, factor, rhs, true, lower, false, upper);
-  return tpu_la_trisolve(b, factor, y, true, lower, false, lower);
+  tpu_val_t y = tpu_mx_trisolve(b, factor, rhs, true, lower, false, upper);
+  return tpu_mx_trisolve(b, factor, y, true, lower, false, lower);
 }
 
 /* _cholesky_solve_helper(self=B, A=factor, upper) */

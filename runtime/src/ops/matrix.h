@@ -66,4 +66,8 @@ bool tpu_mx_check_input(tpu_builder_t* b, const tpu_aval_t* a, const char* api, 
                         bool square);
 /* The sum of x over dim `dim` (that dim dropped). */
 tpu_val_t tpu_mx_sum(tpu_builder_t* b, tpu_val_t x, int dim);
+/* stablehlo.triangular_solve: op(a) x = rhs (left) or x op(a) = rhs (right),
+ * op = transpose when `trans`; a and rhs share batch dims. Only a's `lower`
+ * (or upper) triangle is read; an empty rhs is returned as it is. */
+tpu_val_t tpu_mx_trisolve(tpu_builder_t* b, tpu_val_t a, tpu_val_t rhs, bool left, bool lower, bool unit, bool trans);
 #endif

@@ -12,9 +12,9 @@
  * lu.c. The result is LAPACK's compact form: R on and above the diagonal, v_j
  * below it in column j, and tau.
  *
- * Q = H_0 H_1 ... H_{k-1} (orgqr) is accumulated backwards from the identity:
- * Q <- H_j Q for j = k-1 down to 0, each a rank-1 update. ormqr applies the same
- * reflectors to another matrix in the order its side/transpose ask for. */
+ * Q = H_0 H_1 ... H_{k-1} (orgqr) and its application to another matrix
+ * (ormqr) use the compact WY form Q = I - Y T Y^T: two matrix products and one
+ * triangular solve instead of k dependent rank-1 updates. */
 #include "matrix.h"
 
 #include <string.h>
@@ -38,18 +38,6 @@ static tpu_val_t tpu_qr_reflect(tpu_builder_t* b, tpu_val_t X, tpu_val_t v, tpu_
                                  tpu_mx_bcast_vec(b, w, &m, true));
   return tpu_b_binary(b, "stablehlo.subtract", X,
                       tpu_b_binary(b, "stablehlo.multiply", tpu_mx_bcast_batch(b, tau, &m), outer));
-}
-
-/* Reflector j of the compact matrix V (batch..., m, >j): V[:, j] below row j,
- * 1 at row j, 0 above (the part of V on and above the diagonal is not read). */
-static tpu_val_t tpu_qr_vector(tpu_builder_t* b, tpu_val_t V, tpu_val_t j) {
-  tpu_aval_t m = *tpu_b_aval(b, V);
-  int r = m.rank;
-  tpu_aval_t vec = tpu_mx_drop(&m, 1), ivec = tpu_mx_retype(&vec, TPU_I32);
-  tpu_val_t idx = tpu_b_iota(b, &ivec, r - 2), jv = tpu_b_broadcast_in_dim(b, j, ivec.rank, ivec.dims, NULL);
-  tpu_val_t col = tpu_mx_take(b, V, r - 1, j);
-  tpu_val_t unit = tpu_b_select(b, tpu_b_compare(b, "EQ", idx, jv), tpu_b_full(b, &vec, 1), tpu_b_full(b, &vec, 0));
-  return tpu_b_select(b, tpu_b_compare(b, "GT", idx, jv), col, unit);
 }
 
 /* Carry: A (batch..., m, n) in compact form so far, tau (batch..., k). */
@@ -91,8 +79,8 @@ static void tpu_qr_geqrf_step(tpu_builder_t* b, void* ctx, tpu_val_t j, const tp
   out[1] = tpu_b_select(b, on_j, tpu_mx_bcast_batch(b, tau, &ta), in[1]);
 }
 
-/* geqrf of A (batch..., m, n): the compact matrix and tau (batch..., min(m, n)). */
-static void tpu_qr_geqrf(tpu_builder_t* b, tpu_val_t A, tpu_val_t* out_a, tpu_val_t* out_tau) {
+/* geqr2 (unblocked) of A (batch..., m, n): the compact matrix and tau (batch..., min(m, n)). */
+static void tpu_qr_geqr2(tpu_builder_t* b, tpu_val_t A, tpu_val_t* out_a, tpu_val_t* out_tau) {
   tpu_aval_t m = *tpu_b_aval(b, A);
   int64_t k = m.dims[m.rank - 2] < m.dims[m.rank - 1] ? m.dims[m.rank - 2] : m.dims[m.rank - 1];
   tpu_aval_t ta = tpu_mx_drop(&m, 1);
@@ -103,31 +91,87 @@ static void tpu_qr_geqrf(tpu_builder_t* b, tpu_val_t A, tpu_val_t* out_a, tpu_va
   *out_tau = res[1];
 }
 
-/* Applying the reflectors of (V, tau) to X from the left, in increasing
- * (forward) or decreasing order of j. Carry: X, V, tau. */
-typedef struct tpu_qr_apply {
-  int64_t k;
-  bool forward;
-} tpu_qr_apply_t;
-
-static void tpu_qr_apply_step(tpu_builder_t* b, void* ctx, tpu_val_t it, const tpu_val_t* in, tpu_val_t* out) {
-  const tpu_qr_apply_t* c = ctx;
-  tpu_val_t j = c->forward ? it : tpu_b_binary(b, "stablehlo.subtract", tpu_b_const_i(b, TPU_I32, c->k - 1), it);
-  tpu_aval_t ta = *tpu_b_aval(b, in[2]);
-  tpu_val_t tau = tpu_mx_take(b, in[2], ta.rank - 1, j);
-  out[0] = tpu_qr_reflect(b, in[0], tpu_qr_vector(b, in[1], j), tau);
-  out[1] = in[1];
-  out[2] = in[2];
+/* The compact WY form of H_0 H_1 ... H_{k-1} = I - Y T Y^T (LAPACK dlarft):
+ * Y (batch..., m, k) holds the reflectors as unit lower trapezoidal columns and
+ * T is upper triangular. Instead of T, *out_u is its inverse U = triu(Y^T Y, 1)
+ * + diag(1/tau): inverting dlarft's recurrence T_j = [T, -tau_j T Y^T y_j; 0, tau_j]
+ * column by column gives exactly that, so no step depends on another and
+ * applying T is one triangular solve. A reflector with tau = 0 is the identity
+ * (dlarfg's untouched column): its column of Y is zeroed and its U diagonal is 1. */
+static void tpu_qr_wy(tpu_builder_t* b, tpu_val_t V, tpu_val_t tau, tpu_val_t* out_y, tpu_val_t* out_u) {
+  tpu_aval_t ta = *tpu_b_aval(b, tau);
+  int r = ta.rank + 1;
+  int64_t k = ta.dims[ta.rank - 1];
+  tpu_val_t Vk = tpu_mx_slice(b, V, r - 1, 0, k);
+  tpu_aval_t ya = *tpu_b_aval(b, Vk), ia = tpu_mx_retype(&ya, TPU_I32);
+  tpu_val_t row = tpu_b_iota(b, &ia, r - 2), col = tpu_b_iota(b, &ia, r - 1);
+  tpu_val_t zeros = tpu_b_full(b, &ya, 0);
+  tpu_val_t live = tpu_b_compare(b, "NE", tau, tpu_b_full(b, &ta, 0));
+  tpu_val_t Y = tpu_b_select(b, tpu_b_compare(b, "GT", row, col), Vk,
+                             tpu_b_select(b, tpu_b_compare(b, "EQ", row, col), tpu_b_full(b, &ya, 1), zeros));
+  *out_y = Y = tpu_b_select(b, tpu_mx_bcast_vec(b, live, &ya, true), Y, zeros);
+  tpu_val_t S = tpu_mx_matmul(b, tpu_mx_mT(b, Y), Y);
+  tpu_aval_t sa = *tpu_b_aval(b, S);
+  tpu_val_t d = tpu_b_select(b, live, tpu_b_binary(b, "stablehlo.divide", tpu_b_full(b, &ta, 1), tau),
+                             tpu_b_full(b, &ta, 1));
+  /* only U's upper triangle is read by the solve: the diagonal replaces S's */
+  *out_u = tpu_b_select(b, tpu_mx_tri_pred(b, &sa, true), tpu_mx_bcast_vec(b, d, &sa, true), S);
 }
 
-/* H_{j} X for the first k = tau's last dim reflectors: forward applies H_0
- * first (Q^T X), backward H_{k-1} first (Q X). */
+/* Q^T X (forward: H_0 applied first) or Q X (H_{k-1} first) for the k = tau's
+ * last dim reflectors of V: X - Y op(T) (Y^T X), op(T) = T^T or T through U. */
 static tpu_val_t tpu_qr_apply(tpu_builder_t* b, tpu_val_t X, tpu_val_t V, tpu_val_t tau, bool forward) {
-  tpu_aval_t ta = *tpu_b_aval(b, tau);
-  tpu_qr_apply_t c = {ta.dims[ta.rank - 1], forward};
-  tpu_val_t init[3] = {X, V, tau}, res[3];
-  tpu_mx_for(b, c.k, 3, init, tpu_qr_apply_step, &c, res);
-  return res[0];
+  tpu_aval_t ta = *tpu_b_aval(b, tau), xa = *tpu_b_aval(b, X);
+  if (ta.dims[ta.rank - 1] == 0 || tpu_aval_numel(&xa) == 0) return X;
+  tpu_val_t Y, U;
+  tpu_qr_wy(b, V, tau, &Y, &U);
+  tpu_val_t Z = tpu_mx_trisolve(b, U, tpu_mx_matmul(b, tpu_mx_mT(b, Y), X), true, false, false, forward);
+  return tpu_b_binary(b, "stablehlo.subtract", X, tpu_mx_matmul(b, Y, Z));
+}
+
+/* x with its block at rows r0.., columns c0.. replaced by blk. */
+static tpu_val_t tpu_qr_put(tpu_builder_t* b, tpu_val_t x, tpu_val_t blk, int64_t r0, int64_t c0) {
+  int r = tpu_b_rank(b, x);
+  tpu_val_t starts[TPU_MAX_RANK];
+  for (int i = 0; i < r; i++) starts[i] = tpu_b_const_i(b, TPU_I32, i == r - 2 ? r0 : i == r - 1 ? c0 : 0);
+  return tpu_b_dynamic_update_slice(b, x, blk, starts);
+}
+
+/* x[..., r0:, c0:c1] */
+static tpu_val_t tpu_qr_block(tpu_builder_t* b, tpu_val_t x, int64_t r0, int64_t c0, int64_t c1) {
+  int r = tpu_b_rank(b, x);
+  tpu_aval_t a = *tpu_b_aval(b, x);
+  return tpu_mx_slice(b, tpu_mx_slice(b, x, r - 2, r0, a.dims[r - 2]), r - 1, c0, c1);
+}
+
+/* Columns per panel of the blocked factorisation (LAPACK's usual block size). */
+#define TPU_QR_PANEL 32
+
+/* geqrf of A (batch..., m, n), blocked as LAPACK's dgeqrf: each panel of
+ * TPU_QR_PANEL columns is factored by geqr2 on its rows at and below the
+ * diagonal, and its reflectors then reach the columns right of it in WY form
+ * (two products and a triangular solve) rather than as one rank-1 update of the
+ * whole trailing matrix per column. The compact matrix and tau (batch..., min(m, n)). */
+static void tpu_qr_geqrf(tpu_builder_t* b, tpu_val_t A, tpu_val_t* out_a, tpu_val_t* out_tau) {
+  tpu_aval_t a = *tpu_b_aval(b, A);
+  int r = a.rank;
+  int64_t m = a.dims[r - 2], n = a.dims[r - 1], k = m < n ? m : n;
+  tpu_aval_t ta = tpu_mx_drop(&a, 1);
+  ta.dims[ta.rank - 1] = k;
+  tpu_val_t tau = tpu_b_full(b, &ta, 0);
+  for (int64_t p0 = 0; p0 < k && tpu_b_ok(b); p0 += TPU_QR_PANEL) {
+    int64_t w = k - p0 < TPU_QR_PANEL ? k - p0 : TPU_QR_PANEL;
+    tpu_val_t V, tp;
+    tpu_qr_geqr2(b, tpu_qr_block(b, A, p0, p0, p0 + w), &V, &tp);
+    A = tpu_qr_put(b, A, V, p0, p0);
+    if (p0 + w < n) A = tpu_qr_put(b, A, tpu_qr_apply(b, tpu_qr_block(b, A, p0, p0 + w, n), V, tp, true), p0, p0 + w);
+    int64_t tr = ta.rank;
+    tpu_val_t starts[TPU_MAX_RANK];
+    for (int i = 0; i < tr; i++) starts[i] = tpu_b_const_i(b, TPU_I32, i == tr - 1 ? p0 : 0);
+    tau = tpu_b_dynamic_update_slice(b, tau, tp, starts);
+  }
+  *out_a = A;
+  *out_tau = tau;
 }
 
 /* The first `cols` columns of Q = H_0 ... H_{k-1} (m x m), as orgqr. */
