@@ -91,7 +91,9 @@ def _check_svd(a, full_matrices=False):
     return U, S, Vh
 
 
-SHAPES = [(1, 1), (6, 4), (4, 6), (2, 2, 7, 3), (32, 32)]
+# m >= 2n (and wide m <= n/2) go through a QR first: (2, 2, 7, 3), (70, 20) (a
+# two-panel QR) and (15, 40).
+SHAPES = [(1, 1), (6, 4), (4, 6), (2, 2, 7, 3), (32, 32), (70, 20), (15, 40)]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -126,6 +128,9 @@ def test_svd_rank_deficient(dtype):
     mixed = torch.randn(2, 5, 3, dtype=torch.float64)
     mixed[1, :, 2] = 0  # one batch element needs the completion, the other must keep its U
     _check_svd(mixed.to(dtype), True)
+    tall = torch.randn(2, 40, 3, dtype=torch.float64) @ torch.randn(2, 3, 9, dtype=torch.float64)
+    tall[1, :, 4] = 0
+    _check_svd(tall.to(dtype), True)  # through a QR: R's zero rows, U's completion from Q
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

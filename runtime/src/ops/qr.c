@@ -15,7 +15,7 @@
  * Q = H_0 H_1 ... H_{k-1} (orgqr) and its application to another matrix
  * (ormqr) use the compact WY form Q = I - Y T Y^T: two matrix products and one
  * triangular solve instead of k dependent rank-1 updates. */
-#include "matrix.h"
+#include "qr.h"
 
 #include <string.h>
 
@@ -152,7 +152,7 @@ static tpu_val_t tpu_qr_block(tpu_builder_t* b, tpu_val_t x, int64_t r0, int64_t
  * diagonal, and its reflectors then reach the columns right of it in WY form
  * (two products and a triangular solve) rather than as one rank-1 update of the
  * whole trailing matrix per column. The compact matrix and tau (batch..., min(m, n)). */
-static void tpu_qr_geqrf(tpu_builder_t* b, tpu_val_t A, tpu_val_t* out_a, tpu_val_t* out_tau) {
+void tpu_qr_geqrf(tpu_builder_t* b, tpu_val_t A, tpu_val_t* out_a, tpu_val_t* out_tau) {
   tpu_aval_t a = *tpu_b_aval(b, A);
   int r = a.rank;
   int64_t m = a.dims[r - 2], n = a.dims[r - 1], k = m < n ? m : n;
@@ -175,7 +175,7 @@ static void tpu_qr_geqrf(tpu_builder_t* b, tpu_val_t A, tpu_val_t* out_a, tpu_va
 }
 
 /* The first `cols` columns of Q = H_0 ... H_{k-1} (m x m), as orgqr. */
-static tpu_val_t tpu_qr_orgqr(tpu_builder_t* b, tpu_val_t V, tpu_val_t tau, int64_t cols) {
+tpu_val_t tpu_qr_orgqr(tpu_builder_t* b, tpu_val_t V, tpu_val_t tau, int64_t cols) {
   tpu_aval_t q = *tpu_b_aval(b, V);
   q.dims[q.rank - 1] = cols;
   return tpu_qr_apply(b, tpu_mx_eye(b, &q), V, tau, false);

@@ -6,6 +6,7 @@
  * orthogonal: A V = W with V orthogonal, then S = the column norms of W, U =
  * W / S and Vh = V^T. Working on A itself (not on A^T A) keeps the relative
  * accuracy of small singular values: the condition number is not squared.
+ * A tall A (m >= 2n) is first reduced by QR (qr.c) and Jacobi runs on R.
  *
  * Ordering: Brent-Luk's parallel round-robin. The n columns (one zero column
  * added when n is odd) are held as two halves, tops T and bottoms B, and pair i
@@ -37,6 +38,7 @@
 #include "check.h"
 #include "index.h"
 #include "nn.h"
+#include "qr.h"
 
 #define TPU_SVD_MAX_SWEEPS 20
 
@@ -249,6 +251,39 @@ static tpu_val_t tpu_svd_permute_rows(tpu_builder_t* b, tpu_val_t idx, tpu_val_t
   return tpu_mx_matmul(b, tpu_b_convert(b, hit, tpu_b_dtype(b, x)), x);
 }
 
+static tpu_svd_t tpu_svd_tall(tpu_builder_t* b, tpu_val_t A, bool with_uv, bool full);
+
+/* Rows per column from which a tall A is first reduced by QR (LAPACK's gesvd
+ * does the same from about 1.6): Jacobi then rotates n x n columns, not m x n. */
+#define TPU_SVD_QR_RATIO 2
+
+/* The SVD of the scaled tall As (batch..., m, n), m >= 2n, through As = Q R and
+ * R = U_R S Vh: U = Q U_R (Drmac-Veselic's preconditioning; QR is backward
+ * stable, so the singular values keep Jacobi's accuracy). With full, U's last
+ * m - n columns are Q's complement. S is scaled back by `scale`. */
+static tpu_svd_t tpu_svd_through_qr(tpu_builder_t* b, tpu_val_t As, tpu_val_t scale, bool with_uv, bool full) {
+  tpu_aval_t a = *tpu_b_aval(b, As);
+  int r = a.rank;
+  int64_t m = a.dims[r - 2], n = a.dims[r - 1];
+  tpu_val_t V, tau;
+  tpu_qr_geqrf(b, As, &V, &tau);
+  tpu_val_t Rb = tpu_mx_block(b, V, n, n);
+  tpu_aval_t ra = *tpu_b_aval(b, Rb);
+  tpu_svd_t f = tpu_svd_tall(b, tpu_b_select(b, tpu_mx_tri_pred(b, &ra, false), Rb, tpu_b_full(b, &ra, 0)),
+                             with_uv, false);
+  tpu_aval_t sa = *tpu_b_aval(b, f.S);
+  f.S = tpu_nn_mul(b, f.S, tpu_mx_bcast_batch(b, scale, &sa));
+  if (!with_uv || !tpu_b_ok(b)) return f;
+  tpu_val_t Q = tpu_qr_orgqr(b, V, tau, full ? m : n);
+  tpu_val_t U = tpu_mx_matmul(b, tpu_mx_slice(b, Q, r - 1, 0, n), f.U);
+  if (full) {
+    tpu_val_t parts[2] = {U, tpu_mx_slice(b, Q, r - 1, n, m)};
+    U = tpu_b_concat(b, 2, parts, r - 1);
+  }
+  f.U = U;
+  return f;
+}
+
 /* The SVD of A (batch..., m, n), m >= n >= 1; with_uv: U has m columns if
  * full, else n. */
 static tpu_svd_t tpu_svd_tall(tpu_builder_t* b, tpu_val_t A, bool with_uv, bool full) {
@@ -262,8 +297,10 @@ static tpu_svd_t tpu_svd_tall(tpu_builder_t* b, tpu_val_t A, bool with_uv, bool 
   tpu_val_t mx = tpu_b_reduce(b, tpu_b_unary(b, "stablehlo.abs", A), tpu_b_const(b, a.dtype, 0), 2, md,
                               "stablehlo.maximum");
   tpu_val_t scale = tpu_b_select(b, tpu_b_compare(b, "GT", mx, tpu_b_full(b, &ba, 0)), mx, tpu_b_full(b, &ba, 1));
+  tpu_val_t As = tpu_nn_div(b, A, tpu_mx_bcast_batch(b, scale, &a));
+  if (m >= TPU_SVD_QR_RATIO * n) return tpu_svd_through_qr(b, As, scale, with_uv, full);
   tpu_val_t W, Vr = TPU_NOVAL;
-  tpu_svd_jacobi(b, tpu_nn_div(b, A, tpu_mx_bcast_batch(b, scale, &a)), with_uv, &W, &Vr);
+  tpu_svd_jacobi(b, As, with_uv, &W, &Vr);
   tpu_val_t S = tpu_b_unary(b, "stablehlo.sqrt", tpu_mx_sum(b, tpu_nn_mul(b, W, W), r - 1));
   tpu_val_t Ss, idx;
   /* stable: the padding column (last, S = 0) stays behind any other zero */
