@@ -1,13 +1,14 @@
 /* Lowerings: Householder QR (geqrf, linalg_householder_product = orgqr, ormqr,
  * linalg_qr).
  *
- * One unblocked Householder factorisation (LAPACK geqr2's algorithm): a
- * stablehlo.while over the k = min(m, n) columns of A (batch..., m, n). Step j
- * builds the reflector H_j = I - tau_j v_j v_j^T that maps A[j:, j] to
+ * The factorisation is blocked as LAPACK's dgeqrf (tpu_qr_geqrf): panels of 32
+ * columns, each factored by the unblocked geqr2, a stablehlo.while over the
+ * panel's columns, then applied to the columns right of it in WY form. Step j
+ * of geqr2 builds the reflector H_j = I - tau_j v_j v_j^T that maps A[j:, j] to
  * (beta, 0, ...) with LAPACK dlarfg's convention (beta = -sign(alpha) * norm,
  * v_j[j] = 1, tau_j = 0 when the column below the diagonal is already zero), so
  * R's diagonal may be negative exactly where LAPACK's is, and applies H_j to the
- * trailing columns as one rank-1 update (w = v^T A, A -= tau v w^T). Shapes stay
+ * panel's trailing columns as one rank-1 update (w = v^T A, A -= tau v w^T). Shapes stay
  * static: rows >= j and columns > j are iota masks over the full matrix, as in
  * lu.c. The result is LAPACK's compact form: R on and above the diagonal, v_j
  * below it in column j, and tau.
