@@ -126,3 +126,11 @@ def test_unsigned_op_beyond_cpu(dtype, name):
         wrapped = [w % (top + 1) for w in want]
         assert out.dtype == dtype and out.cpu().tolist() == wrapped
         assert out.max().item() == max(wrapped)  # an unsigned max over the results, too
+
+
+def test_uint64_python_scalars_past_int64_max():
+    # A Python int above 2**63 - 1 reaches the op as a uint64 scalar: its bits, not an overflow.
+    big = 2**64 - 1
+    x = torch.tensor([1, 2, 2**63 + 5], dtype=torch.uint64)
+    check(lambda t: (t * big, t == big, t.clone().fill_(big)), x)
+    check(lambda t: (t.float() * big, t.double() + big), x)

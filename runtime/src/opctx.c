@@ -90,7 +90,9 @@ double tpu_op_float(const tpu_op_t* op, int i, double dflt) {
     case TPU_ARG_INT: return (double)a->u.i;
     case TPU_ARG_BOOL: return a->u.b;
     case TPU_ARG_SCALAR: return tpu_dtype_is_float(a->u.scalar.dtype) || tpu_dtype_is_complex(a->u.scalar.dtype)
-                                    ? a->u.scalar.f : (double)a->u.scalar.i;
+                                    ? a->u.scalar.f
+           : a->u.scalar.dtype == TPU_U64 ? (double)(uint64_t)a->u.scalar.i
+                                          : (double)a->u.scalar.i;
     default: return dflt;
   }
 }

@@ -53,6 +53,8 @@ tpu_scalar_t scalar_from_cpu_tensor(const at::Tensor& t, const std::string& full
     case c10::ScalarType::Double: v.f = *t.const_data_ptr<double>(); break;
     case c10::ScalarType::Long: v.i = *t.const_data_ptr<int64_t>(); break;
     case c10::ScalarType::Bool: v.i = *t.const_data_ptr<bool>() ? 1 : 0; break;
+    // A Python int past INT64_MAX arrives as a wrapped uint64: its bit pattern.
+    case c10::ScalarType::UInt64: v.i = static_cast<int64_t>(*t.const_data_ptr<uint64_t>()); break;
     default:
       if (t.is_floating_point()) {
         v.f = t.item<double>();
