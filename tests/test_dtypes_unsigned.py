@@ -134,3 +134,12 @@ def test_uint64_python_scalars_past_int64_max():
     x = torch.tensor([1, 2, 2**63 + 5], dtype=torch.uint64)
     check(lambda t: (t * big, t == big, t.clone().fill_(big)), x)
     check(lambda t: (t.float() * big, t.double() + big), x)
+    # ... also where the op takes a Scalar argument rather than a tensor operand.
+    f = torch.tensor([1.0, -2.0, 0.5])
+    check(lambda t: torch.add(t, t, alpha=big), f)
+    # CPU's sub negates alpha as a uint64 (wrapping: -(2**64 - 1) == 1) and so
+    # returns t + t; tpu returns t - alpha * t, checked against float64 arithmetic.
+    d = f.double()
+    for alpha in (big, 2**63 + 5):
+        out = torch.sub(d.to("tpu"), d.to("tpu"), alpha=alpha).cpu()
+        torch.testing.assert_close(out, d - float(alpha) * d, rtol=1e-15, atol=0)

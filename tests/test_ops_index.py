@@ -348,6 +348,11 @@ def test_searchsorted_bucketize_histc():
     check(lambda s, v: torch.searchsorted(s, v), s2, torch.randn(2, 3))
     check(lambda v, s: torch.bucketize(v, s), v, s)
     check(lambda v, s: torch.bucketize(v, s, right=True), v, s)
+    # A scalar is promoted with the sequence as a wrapped number: 2.5 among ints stays 2.5.
+    si = torch.tensor([1, 2, 3, 2**40])
+    for val in (2.5, 2, 2**40 - 1):
+        check(lambda s: (torch.searchsorted(s, val), torch.searchsorted(s, val, right=True)), si)
+        check(lambda s: (torch.bucketize(val, s), torch.bucketize(val, s, right=True)), si)
     x = torch.randn(100)
     check(lambda x: torch.histc(x, bins=7, min=-1, max=1), x)
     check(lambda x: torch.histc(x, bins=5), x)

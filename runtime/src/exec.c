@@ -214,8 +214,7 @@ static tpu_status_t* tpu_exec_lower(const char* name, const char* overload, tpu_
 static tpu_status_t* tpu_scalar_bytes(const tpu_scalar_t* sc, tpu_dtype_t dtype, uint8_t out[8]) {
   memset(out, 0, 8);
   bool is_f = tpu_dtype_is_float(sc->dtype) || tpu_dtype_is_complex(sc->dtype);
-  /* a uint64 scalar past INT64_MAX travels as its bit pattern */
-  double f = is_f ? sc->f : sc->dtype == TPU_U64 ? (double)(uint64_t)sc->i : (double)sc->i;
+  double f = tpu_scalar_to_double(sc);
   int64_t i = is_f ? (int64_t)sc->f : sc->i;
   switch (dtype) {
     case TPU_F32: { float v = (float)f; memcpy(out, &v, 4); return NULL; }

@@ -141,6 +141,10 @@ tpu_status_t* tpu_exec_run_program(const char* name, tpu_lower_fn_t fn, const tp
 tpu_status_t* tpu_op_results(int device, unsigned flags, tpu_buffer_t** bufs, int n, const int64_t* lengths,
                              tpu_result_t* out_results);
 
+/* A scalar's value as a double: its float, or its integer read with its
+ * dtype's sign (a uint64 past INT64_MAX travels as its bit pattern). */
+double tpu_scalar_to_double(const tpu_scalar_t* sc);
+
 /* Scalar buffers are cached by (device, dtype, bits). Owned reference. */
 tpu_status_t* tpu_scalar_buffer(int device, tpu_dtype_t dtype, const void* bytes,
                                 tpu_buffer_t** out_buffer);

@@ -82,6 +82,11 @@ int64_t tpu_op_int(const tpu_op_t* op, int i, int64_t dflt) {
   }
 }
 
+double tpu_scalar_to_double(const tpu_scalar_t* sc) {
+  if (tpu_dtype_is_float(sc->dtype) || tpu_dtype_is_complex(sc->dtype)) return sc->f;
+  return sc->dtype == TPU_U64 ? (double)(uint64_t)sc->i : (double)sc->i;
+}
+
 double tpu_op_float(const tpu_op_t* op, int i, double dflt) {
   const tpu_arg_t* a = tpu_op_arg(op, i);
   if (!a || tpu_op_static_read(op, i)) return dflt;
@@ -89,10 +94,7 @@ double tpu_op_float(const tpu_op_t* op, int i, double dflt) {
     case TPU_ARG_FLOAT: return a->u.f;
     case TPU_ARG_INT: return (double)a->u.i;
     case TPU_ARG_BOOL: return a->u.b;
-    case TPU_ARG_SCALAR: return tpu_dtype_is_float(a->u.scalar.dtype) || tpu_dtype_is_complex(a->u.scalar.dtype)
-                                    ? a->u.scalar.f
-           : a->u.scalar.dtype == TPU_U64 ? (double)(uint64_t)a->u.scalar.i
-                                          : (double)a->u.scalar.i;
+    case TPU_ARG_SCALAR: return tpu_scalar_to_double(&a->u.scalar);
     default: return dflt;
   }
 }
@@ -234,7 +236,8 @@ static tpu_dtype_t tpu_scalar_carrier(tpu_dtype_t as) {
 static tpu_val_t tpu_op_program_scalar(tpu_builder_t* b, const tpu_op_t* op, int i, tpu_dtype_t as) {
   if (op->arg_vals && op->arg_vals[i] != TPU_NOVAL) return tpu_b_convert(b, op->arg_vals[i], as);
   const tpu_scalar_t* sc = &op->args[i].u.scalar;
-  if (tpu_dtype_is_float(sc->dtype) || tpu_dtype_is_complex(sc->dtype)) return tpu_b_const(b, as, sc->f);
+  bool is_f = tpu_dtype_is_float(sc->dtype) || tpu_dtype_is_complex(sc->dtype);
+  if (is_f || tpu_dtype_is_float(as) || tpu_dtype_is_complex(as)) return tpu_b_const(b, as, tpu_scalar_to_double(sc));
   return tpu_b_const_i(b, as, sc->i);
 }
 

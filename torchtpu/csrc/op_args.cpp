@@ -27,10 +27,11 @@ tpu_scalar_t scalar_from(const c10::Scalar& s, const std::string& full) {
     v.dtype = TPU_BOOL;
     v.i = s.toBool() ? 1 : 0;
   } else if (s.isIntegral(false)) {
-    v.dtype = TPU_I64;
-    // A uint64 value past INT64_MAX (a HAS_u scalar) travels as its bit pattern;
-    // the lowering converts it to the unsigned dtype it combines with.
-    v.i = s.type() == c10::ScalarType::UInt64 ? static_cast<int64_t>(s.to<uint64_t>()) : s.toLong();
+    // A uint64 value past INT64_MAX (a HAS_u scalar) travels as its bit pattern,
+    // and its dtype says to read it unsigned (tpu_scalar_to_double).
+    bool u = s.type() == c10::ScalarType::UInt64;
+    v.dtype = u ? TPU_U64 : TPU_I64;
+    v.i = u ? static_cast<int64_t>(s.to<uint64_t>()) : s.toLong();
   } else if (s.isFloatingPoint()) {
     v.dtype = TPU_F64;
     v.f = s.toDouble();

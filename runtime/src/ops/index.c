@@ -1450,8 +1450,10 @@ static tpu_status_t* tpu_lower_searchsorted(tpu_builder_t* b, tpu_op_t* op, int 
     s = tpu_idx_gather_dim(b, s, sa.rank - 1, so);
   }
   tpu_val_t v;
-  if (scalar) {
-    v = tpu_op_scalar(b, op, 1, tpu_op_arg(op, 1)->u.scalar.dtype == TPU_F64 ? sa.dtype : sa.dtype);
+  if (scalar) { /* PyTorch promotes a wrapped scalar with the sequence: int seq, float value -> float32 */
+    tpu_dtype_t ct = tpu_ops_result_type(op, 2, (const int[]){0, 1});
+    s = tpu_b_convert(b, s, ct);
+    v = tpu_op_scalar(b, op, 1, ct);
   } else {
     tpu_aval_t va = tpu_op_aval(op, 1);
     bool lead_ok = sa.rank == 1 || sa.rank == va.rank;
@@ -1481,8 +1483,15 @@ static tpu_status_t* tpu_lower_bucketize(tpu_builder_t* b, tpu_op_t* op, int max
     return NULL;
   }
   tpu_dtype_t ot = tpu_op_bool(op, 2, false) ? TPU_I32 : TPU_I64;
-  tpu_val_t v = tpu_op_kind(op, 0) == TPU_ARG_TENSOR ? tpu_op_tensor(b, op, 0) : tpu_op_scalar(b, op, 0, ba.dtype);
-  return tpu_idx_one(tpu_idx_insertion(b, tpu_op_tensor(b, op, 1), v, tpu_op_bool(op, 3, false), ot), outs, nouts);
+  tpu_val_t bv = tpu_op_tensor(b, op, 1), v;
+  if (tpu_op_kind(op, 0) == TPU_ARG_TENSOR) {
+    v = tpu_op_tensor(b, op, 0);
+  } else { /* promoted with the boundaries as a wrapped number, as searchsorted's scalar */
+    tpu_dtype_t ct = tpu_ops_result_type(op, 2, (const int[]){0, 1});
+    bv = tpu_b_convert(b, bv, ct);
+    v = tpu_op_scalar(b, op, 0, ct);
+  }
+  return tpu_idx_one(tpu_idx_insertion(b, bv, v, tpu_op_bool(op, 3, false), ot), outs, nouts);
 }
 
 /* histc bounds: the scalars, or the data's range when they are equal, widened
