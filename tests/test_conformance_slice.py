@@ -43,11 +43,12 @@ PASSING = {
     "clamp": (FWD, BWD),
     "transpose": (FWD, BWD),
     "nn.functional.linear": (FWD, BWD),
+    "gather": (FWD, BWD),
+    # their random draws come from CPU (harness.with_given_draws): values compared
+    "nn.functional.fractional_max_pool2d": (FWD, BWD),
+    "nn.functional.fractional_max_pool3d": (FWD, BWD),
 }
-NOT_YET = {
-    "gather": "fails: RuntimeError: tpu: aten::gather.out: gather(): Expected dtype int64 "
-              "for index (INVALID_ARGUMENT)",
-}
+NOT_YET: dict[str, str] = {}
 
 CELLS = [(op, col) for op, cols in PASSING.items() for col in cols]
 
@@ -92,3 +93,36 @@ def test_harness_classifies():
     harness.compare(a, torch.tensor([7.0, 9.0]), values=False)  # random: shape/dtype only
     with pytest.raises(harness.Mismatch):
         harness.compare(a, torch.tensor([7, 9]), values=False)
+
+
+def test_harness_float64_arbiter_rules():
+    """_no_farther: element by element, or (an ill-conditioned sample) by the largest
+    error where float64 is finite; a NaN where float64 is finite never passes."""
+    t = {"atol": 1e-5, "rtol": 1.3e-6}
+    r = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)
+    cpu = torch.tensor([1.0, 2.01, 3.0])
+    assert harness._no_farther(torch.tensor([1.0, 2.005, 3.0]), cpu, r, t)
+    # worse at one element, better at another, largest error no larger: passes
+    assert harness._no_farther(torch.tensor([1.0, 2.0, 3.01]), cpu, r, t)
+    # largest error larger than CPU's: fails
+    assert not harness._no_farther(torch.tensor([1.0, 2.0, 3.02]), cpu, r, t)
+    assert not harness._no_farther(torch.tensor([1.0, float("nan"), 3.0]), cpu, r, t)
+
+
+def test_harness_given_draws():
+    """fractional_max_pool's draws are passed in, shaped (N, C, dims) as the op draws them."""
+    ops = _ops()
+    gen = torch.Generator().manual_seed(0)
+    for key, nd in (("nn.functional.fractional_max_pool2d", 2), ("nn.functional.fractional_max_pool3d", 3)):
+        for sample in ops[key].sample_inputs("cpu", torch.float32):
+            given = harness.with_given_draws(ops[key], sample, gen)
+            if "_random_samples" in sample.kwargs:  # the OpInfo passes its own
+                assert given is sample
+                continue
+            draws = given.kwargs["_random_samples"]
+            x = sample.input
+            want = tuple(x.shape[:2]) if x.dim() == nd + 2 else (1, x.shape[0])
+            assert tuple(draws.shape) == want + (nd,)
+            assert draws.numel() == 0 or (0 <= draws.min() and draws.max() < 1)
+    add = next(iter(ops["add"].sample_inputs("cpu", torch.float32)))
+    assert harness.with_given_draws(ops["add"], add, gen) is add
