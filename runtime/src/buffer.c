@@ -27,6 +27,8 @@ struct tpu_buffer {
   tpu_buffer_t* target;     /* RESOLVED: the real buffer (retained) */
   tpu_status_t* error;      /* FAILED: why the program did not run */
   bool counted;             /* a placeholder counts its bytes until resolved */
+  bool lent;                /* its memory is a pooled host block (never donated) */
+  atomic_bool donated;      /* given to an execution: its bytes are no longer counted here */
   int32_t fuse_value;       /* PENDING: its value in its device's fused queue... */
   uint64_t fuse_epoch;      /* ...of this epoch */
   tpu_aval_t aval;
@@ -93,6 +95,7 @@ static void pjrt_buffer_destroy(const PJRT_Api* api, PJRT_Buffer* pjrt) {
 static void buffer_init(tpu_buffer_t* buf, int device, const tpu_aval_t* aval, size_t nbytes, const char* producer) {
   atomic_init(&buf->refs, 1);
   atomic_init(&buf->ready, false);
+  atomic_init(&buf->donated, false);
   atomic_init(&buf->state, BUF_REAL);
   buf->aval = *aval;
   buf->device = device;
@@ -147,6 +150,19 @@ bool tpu_buffer_pending_value(const tpu_buffer_t* buf, uint64_t epoch, int32_t* 
     return false;
   *out_value = buf->fuse_value;
   return true;
+}
+
+bool tpu_buffer_donatable(const tpu_buffer_t* buf, int holders) {
+  return buf && !buf->lent && atomic_load_explicit(&buf->state, memory_order_acquire) == BUF_REAL &&
+         !atomic_load_explicit(&buf->donated, memory_order_acquire) &&
+         atomic_load_explicit(&buf->refs, memory_order_acquire) == holders;
+}
+
+void tpu_buffer_note_donated(tpu_buffer_t* buf) {
+  if (!atomic_exchange_explicit(&buf->donated, true, memory_order_acq_rel)) {
+    tpu_memory_note_free(buf->device, buf->nbytes);
+    tpu_metric_add(TPU_METRIC_DONATED_BUFFERS, 1);
+  }
 }
 
 bool tpu_buffer_is_pending(const tpu_buffer_t* buf) {
@@ -281,6 +297,7 @@ static tpu_status_t* from_host(int device, const void* data, const tpu_aval_t* a
     return status;
   }
   TPU_RETURN_IF_ERROR(tpu_buffer_wrap(args.buffer, device, aval, NULL, out_buffer));
+  (*out_buffer)->lent = block != NULL;
   tpu_metric_add(TPU_METRIC_H2D_TRANSFERS, 1);
   tpu_metric_add(TPU_METRIC_H2D_BYTES, (int64_t)nbytes);
   return NULL;
@@ -299,7 +316,10 @@ tpu_status_t* tpu_buffer_check(tpu_buffer_t* buf, bool wait, bool* out_ready) {
     if (out_ready) *out_ready = true; /* it will never run: that is the error */
     return unresolved;
   }
-  if (atomic_load_explicit(&buf->ready, memory_order_acquire)) {
+  /* A donated buffer's data went to the execution it fed, which is tracked in
+   * its place (and waited for its producer first). */
+  if (atomic_load_explicit(&buf->ready, memory_order_acquire) ||
+      atomic_load_explicit(&buf->donated, memory_order_acquire)) {
     if (out_ready) *out_ready = true;
     return NULL;
   }
@@ -445,7 +465,7 @@ void tpu_buffer_release(tpu_buffer_t* buf) {
   if (state == BUF_REAL) {
     /* After a shutdown the client (and its buffers) are gone; only free ours. */
     pjrt_buffer_destroy(api_or_null(), buf->pjrt);
-    tpu_memory_note_free(buf->device, buf->nbytes);
+    if (!atomic_load_explicit(&buf->donated, memory_order_acquire)) tpu_memory_note_free(buf->device, buf->nbytes);
   } else {
     if (buf->counted) tpu_memory_note_free(buf->device, buf->nbytes);
     tpu_buffer_release(buf->target);

@@ -23,6 +23,7 @@ struct tpu_builder {
   int nvalues, cap;
   int next_ssa;
   tpu_aval_t* params;
+  int32_t* param_alias; /* per parameter: the result it may give its buffer to, -1: none */
   int nparams, params_cap;
   tpu_strbuf_t text[TPU_B_MAX_DEPTH]; /* [0] = function body, then open regions */
   int depth;
@@ -65,6 +66,7 @@ void tpu_builder_destroy(tpu_builder_t* b) {
   for (int i = 0; i < TPU_B_MAX_DEPTH; ++i) tpu_strbuf_free(&b->text[i]);
   free(b->values);
   free(b->params);
+  free(b->param_alias);
   tpu_status_free(b->error);
   free(b);
 }
@@ -154,20 +156,44 @@ tpu_val_t tpu_b_param(tpu_builder_t* b, const tpu_aval_t* aval) {
   if (b->nparams == b->params_cap) {
     int cap = b->params_cap ? b->params_cap * 2 : 16;
     tpu_aval_t* p = realloc(b->params, (size_t)cap * sizeof(*p));
-    if (!p) {
+    if (p) b->params = p;
+    int32_t* al = p ? realloc(b->param_alias, (size_t)cap * sizeof(*al)) : NULL;
+    if (!p || !al) {
       TPU_B_FAIL(b, TPU_RESOURCE_EXHAUSTED, "builder: out of host memory");
       return TPU_NOVAL;
     }
-    b->params = p;
+    b->param_alias = al;
     b->params_cap = cap;
   }
   char name[24];
   snprintf(name, sizeof(name), "%%arg%d", b->nparams);
+  b->param_alias[b->nparams] = -1;
   b->params[b->nparams++] = *aval;
   return tpu_b_new_value(b, aval, name);
 }
 
 int tpu_builder_num_params(const tpu_builder_t* b) { return b->nparams; }
+
+void tpu_b_param_alias(tpu_builder_t* b, int param, int result) {
+  if (!tpu_b_ok(b)) return;
+  if (param < 0 || param >= b->nparams || result < 0)
+    TPU_B_FAIL(b, TPU_INTERNAL, "builder: cannot alias parameter %d to result %d", param, result);
+  else
+    b->param_alias[param] = result;
+}
+
+/* Each aliased parameter names an existing result of its own type. */
+static tpu_status_t* tpu_b_check_aliases(const tpu_builder_t* b, int nresults, const tpu_val_t* results) {
+  for (int i = 0; i < b->nparams; ++i) {
+    int r = b->param_alias[i];
+    if (r < 0) continue;
+    if (r >= nresults || !tpu_aval_equal(&b->params[i], tpu_b_aval(b, results[r])))
+      return TPU_STATUS(TPU_INTERNAL, "builder: parameter %d is aliased to result %d of another type", i, r);
+    for (int j = 0; j < i; ++j)
+      if (b->param_alias[j] == r) return TPU_STATUS(TPU_INTERNAL, "builder: result %d is aliased twice", r);
+  }
+  return NULL;
+}
 
 /* Writes "(T0, T1)" of the given values. */
 static void tpu_b_types(tpu_builder_t* b, tpu_strbuf_t* s, int n, const tpu_val_t* vs) {
@@ -300,12 +326,15 @@ tpu_status_t* tpu_builder_finish(tpu_builder_t* b, int nresults, const tpu_val_t
   if (b->depth != 0) return TPU_STATUS(TPU_INTERNAL, "builder: unclosed region");
   for (int i = 0; i < nresults; ++i)
     if (!tpu_b_valid(b, results[i])) return TPU_STATUS(TPU_INTERNAL, "builder: invalid result %d", i);
+  TPU_RETURN_IF_ERROR(tpu_b_check_aliases(b, nresults, results));
   tpu_strbuf_t m;
   tpu_strbuf_init(&m);
   char t[256];
   tpu_strbuf_append(&m, "module @torchtpu {\n  func.func public @main(");
-  for (int i = 0; i < b->nparams; ++i)
+  for (int i = 0; i < b->nparams; ++i) {
     tpu_strbuf_printf(&m, "%s%%arg%d: %s", i ? ", " : "", i, tpu_fmt_type(t, sizeof(t), &b->params[i]));
+    if (b->param_alias[i] >= 0) tpu_strbuf_printf(&m, " {%s = %d : i32}", TPU_B_ALIAS_ATTR, b->param_alias[i]);
+  }
   tpu_strbuf_append(&m, ") -> ");
   tpu_b_types(b, &m, nresults, results);
   tpu_strbuf_append(&m, " {\n");

@@ -17,6 +17,7 @@ typedef struct tpu_compiled {
   int nouts;             /* results the op returns */
   tpu_aval_t* out_avals; /* nouts entries, one more when checked */
   bool checked;          /* check.h: the executable also returns the error word */
+  bool donates;          /* some parameter has donate_to (graphs' in-place outputs) */
 } tpu_compiled_t;
 
 /* Returns a referenced entry or NULL. */

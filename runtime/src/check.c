@@ -130,7 +130,7 @@ void tpu_op_check(tpu_builder_t* b, tpu_op_t* op, tpu_val_t bad, tpu_val_t value
   va_end(ap);
   int32_t id = tpu_check_intern(code, op->name, text);
   /* The id is a runtime operand so the program text stays process-independent. */
-  tpu_param_src_t src = {TPU_PARAM_CHECK_CODE, id, -1, TPU_I64};
+  tpu_param_src_t src = {TPU_PARAM_CHECK_CODE, id, -1, TPU_I64, 0};
   tpu_aval_t sa = tpu_aval_make(TPU_I64, 0, NULL);
   tpu_val_t idv = tpu_op_add_param(b, op, src, &sa);
   tpu_val_t v = value == TPU_NOVAL ? tpu_b_const_i(b, TPU_I64, 0) : tpu_b_convert(b, value, TPU_I64);
@@ -152,7 +152,7 @@ void tpu_op_check(tpu_builder_t* b, tpu_op_t* op, tpu_val_t bad, tpu_val_t value
 tpu_status_t* tpu_check_lower(tpu_builder_t* b, tpu_op_t* op, tpu_val_t* out_word) {
   *out_word = TPU_NOVAL;
   if (!op->checked || !tpu_b_ok(b)) return NULL;
-  tpu_param_src_t src = {TPU_PARAM_CHECK_WORD, -1, -1, TPU_I64};
+  tpu_param_src_t src = {TPU_PARAM_CHECK_WORD, -1, -1, TPU_I64, 0};
   tpu_aval_t wa = tpu_check_word_aval();
   tpu_val_t word = tpu_op_add_param(b, op, src, &wa);
   /* Keep the incoming word when it holds an error already or nothing failed:

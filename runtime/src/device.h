@@ -52,6 +52,13 @@ tpu_status_t* tpu_buffer_flush_pending(int device);
 tpu_status_t* tpu_buffer_create_pending(int device, const tpu_aval_t* aval, const char* producer, int32_t value,
                                         uint64_t epoch, tpu_buffer_t** out_buffer);
 bool tpu_buffer_is_pending(const tpu_buffer_t* buf);
+/* True when `buf` may be donated to an execution: a real device buffer, not
+ * lent host memory (hostpool.h), held by exactly `holders` references (the
+ * caller's count of those it knows: its storage, the op's snapshot, the launch). */
+bool tpu_buffer_donatable(const tpu_buffer_t* buf, int holders);
+/* `buf` was donated: its bytes now belong to an output (memory accounting moves
+ * at once); releasing it only drops the PJRT handle. */
+void tpu_buffer_note_donated(tpu_buffer_t* buf);
 /* Why a placeholder's program failed (a new status), or NULL for any other buffer. */
 tpu_status_t* tpu_buffer_error(const tpu_buffer_t* buf);
 /* True (and its value) when `buf` is PENDING in the queue epoch `epoch`. */
@@ -79,12 +86,26 @@ const char* tpu_executable_text(const tpu_executable_t* exe, size_t* out_len);
 tpu_status_t* tpu_executable_launch(tpu_executable_t* exe, int device, int nargs, tpu_buffer_t* const* args,
                                     int nouts, const tpu_aval_t* out_avals, const char* producer,
                                     tpu_buffer_t** out_buffers);
+/* As tpu_executable_launch, and argument i's buffer may be donated to the
+ * output its parameter aliases where donate[i] (NULL: none): the caller has
+ * checked that nothing else holds it (tpu_buffer_donatable); after a donation it
+ * is tpu_buffer_note_donated and holds no data. */
+tpu_status_t* tpu_executable_launch_donating(tpu_executable_t* exe, int device, int nargs,
+                                             tpu_buffer_t* const* args, const bool* donate, int nouts,
+                                             const tpu_aval_t* out_avals, const char* producer,
+                                             tpu_buffer_t** out_buffers);
 /* What ops call (fuse.c): tpu_executable_launch, or in fused eager mode the
  * execution recorded into the device's pending program, its outputs placeholders. */
 tpu_status_t* tpu_executable_execute(tpu_executable_t* exe, int device, int nargs,
                                      tpu_buffer_t* const* args, int nouts,
                                      const tpu_aval_t* out_avals, const char* producer,
                                      tpu_buffer_t** out_buffers);
+/* As tpu_executable_execute, offering `donate` when it launches now (a recorded
+ * execution in fused eager mode donates nothing). */
+tpu_status_t* tpu_executable_execute_donating(tpu_executable_t* exe, int device, int nargs,
+                                              tpu_buffer_t* const* args, const bool* donate, int nouts,
+                                              const tpu_aval_t* out_avals, const char* producer,
+                                              tpu_buffer_t** out_buffers);
 
 /* INVALID_ARGUMENT naming the device unless 0 <= device < device count. */
 tpu_status_t* tpu_runtime_check_device(int device);
@@ -92,6 +113,8 @@ tpu_status_t* tpu_runtime_check_device(int device);
 /* Records a buffer whose work is in flight so tpu_runtime_synchronize can wait
  * for it (implemented in the client; bounded list, oldest dropped once ready). */
 void tpu_runtime_track_inflight(tpu_buffer_t* buf); /* retains `buf` */
+/* How many references to `buf` the in-flight list holds (0 once finished). */
+int tpu_runtime_inflight_holds(const tpu_buffer_t* buf);
 /* Drops in-flight entries whose work has finished (no wait). */
 void tpu_runtime_retire_inflight(void);
 

@@ -168,6 +168,7 @@ static tpu_status_t* tpu_exec_keep(tpu_builder_t* b, const tpu_op_t* op, int nou
   if (!out->out_avals || !out->params) return TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "out of host memory");
   for (int i = 0; i < nouts; ++i) out->out_avals[i] = *tpu_b_aval(b, outs[i]);
   if (op->nparams) memcpy(out->params, op->params, sizeof(tpu_param_src_t) * (size_t)op->nparams);
+  for (int p = 0; p < op->nparams; ++p) out->donates |= op->params[p].donate_to != 0;
   return NULL;
 }
 
@@ -373,6 +374,33 @@ static tpu_status_t* tpu_exec_entry(const tpu_exec_req_t* r, tpu_snapshot_t* s, 
   return st;
 }
 
+/* Which aliased parameters give their buffer to the run (donate[p]): those held
+ * only by their storage, this op's snapshot and the launch itself, read by no
+ * other parameter, and whose storage is exactly the buffer (so the write-back
+ * adopts the output). Anything else (a clone sharing the buffer, a lent upload)
+ * keeps its buffer, and the output is a new one. Returns whether any does. */
+static bool tpu_exec_donations(const tpu_compiled_t* c, const tpu_exec_req_t* r, const tpu_snapshot_t* s,
+                               tpu_buffer_t* const* bufs, bool* donate) {
+  bool any = false;
+  for (int p = 0; p < c->nparams; ++p) {
+    donate[p] = false;
+    const tpu_param_src_t* src = &c->params[p];
+    if (src->kind != TPU_PARAM_BUFFER || src->donate_to == 0 || src->item >= 0) continue;
+    const tpu_arg_t* a = &r->args[src->arg];
+    if (a->kind != TPU_ARG_TENSOR || tpu_storage_nbytes(a->u.tensor.storage) != tpu_buffer_nbytes(bufs[p]))
+      continue;
+    bool shared = false;
+    for (int q = 0; q < c->nparams && !shared; ++q) shared = q != p && bufs[q] == bufs[p];
+    /* The storage, bufs[p], the snapshot's views of it, and the in-flight list
+     * while its producer runs (the donating run waits for that producer). */
+    int holders = 2 + tpu_runtime_inflight_holds(bufs[p]);
+    for (int v = 0; v < s->nviews; ++v) holders += s->views[v].buffer == bufs[p];
+    donate[p] = !shared && tpu_buffer_donatable(bufs[p], holders);
+    any |= donate[p];
+  }
+  return any;
+}
+
 /* Feeds the operands and launches the compiled form. */
 static tpu_status_t* tpu_exec_launch(const tpu_exec_req_t* r, const tpu_compiled_t* c, const tpu_snapshot_t* s,
                                      tpu_buffer_t** out_buffers, int* out_nouts) {
@@ -384,8 +412,19 @@ static tpu_status_t* tpu_exec_launch(const tpu_exec_req_t* r, const tpu_compiled
   if (!bufs) return TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "out of host memory");
   memset(bufs, 0, sizeof(*bufs) * (size_t)c->nparams);
   tpu_status_t* st = tpu_exec_params(c, r->device, r->args, r->nargs, s, bufs);
+  bool* donate = NULL;
+  if (!st && c->donates && !c->checked) {
+    donate = malloc(sizeof(bool) * (size_t)c->nparams);
+    if (donate && !tpu_exec_donations(c, r, s, bufs, donate)) {
+      free(donate);
+      donate = NULL;
+    }
+  }
   if (!st && c->checked) st = tpu_check_execute(c, r->device, bufs, r->name, out_buffers);
-  else if (!st) st = tpu_executable_execute(c->exe, r->device, c->nparams, bufs, c->nouts, c->out_avals, r->name, out_buffers);
+  else if (!st)
+    st = tpu_executable_execute_donating(c->exe, r->device, c->nparams, bufs, donate, c->nouts, c->out_avals, r->name,
+                                         out_buffers);
+  free(donate);
   if (!st) *out_nouts = c->nouts;
   for (int p = 0; p < c->nparams; ++p) tpu_buffer_release(bufs[p]);
   if (bufs != stack_bufs) free(bufs);

@@ -45,6 +45,9 @@ typedef struct tpu_param_src {
   tpu_param_kind_t kind;
   int32_t arg, item; /* item: list index, -1 for a plain tensor (lists may be long) */
   tpu_dtype_t dtype; /* SCALAR: the parameter's dtype */
+  /* BUFFER: 1 + the result this buffer may be donated to (tpu_b_param_alias,
+   * graphs' in-place outputs); 0: never donated. */
+  int32_t donate_to;
 } tpu_param_src_t;
 
 /* The first int list a lowering read into a buffer too small for it

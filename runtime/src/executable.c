@@ -17,6 +17,10 @@ struct tpu_executable {
   int nouts;
   char* text; /* the StableHLO it came from (fuse.c inlines it) */
   size_t text_len;
+  /* Some parameter may give its buffer to an output (builder.h's
+   * tpu_b_param_alias). PJRT donates such buffers unless told not to, so every
+   * launch lists the ones its caller did not offer. */
+  bool aliases;
   int maps; /* memory mappings its code added to the process (>= 1) */
 };
 
@@ -211,6 +215,7 @@ tpu_status_t* tpu_executable_compile(const char* mlir, size_t len, int nouts,
   exe->nouts = nouts;
   exe->text = text;
   exe->text_len = len;
+  exe->aliases = strstr(text, TPU_B_ALIAS_ATTR) != NULL;
   exe->maps = maps_added > 0 ? (int)(maps_added < INT32_MAX ? maps_added : INT32_MAX) : 1;
   *out_exe = exe;
   return NULL;
@@ -287,9 +292,31 @@ static void release_all(int n, tpu_buffer_t** bufs) {
   }
 }
 
+/* PJRT's non-donatable list: every argument not offered in `donate` (NULL:
+ * none), when the executable aliases any. *out_list is owned; NULL when empty. */
+static tpu_status_t* keep_list(const tpu_executable_t* exe, int nargs, const bool* donate, int64_t** out_list,
+                               size_t* out_n) {
+  *out_list = NULL;
+  *out_n = 0;
+  if (!exe->aliases || nargs == 0) return NULL;
+  int64_t* keep = malloc(sizeof(int64_t) * (size_t)nargs);
+  if (!keep) return TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "out of memory");
+  for (int i = 0; i < nargs; i++)
+    if (!donate || !donate[i]) keep[(*out_n)++] = i;
+  *out_list = keep;
+  return NULL;
+}
+
 tpu_status_t* tpu_executable_launch(tpu_executable_t* exe, int device, int nargs, tpu_buffer_t* const* args,
                                     int nouts, const tpu_aval_t* out_avals, const char* producer,
                                     tpu_buffer_t** out_buffers) {
+  return tpu_executable_launch_donating(exe, device, nargs, args, NULL, nouts, out_avals, producer, out_buffers);
+}
+
+tpu_status_t* tpu_executable_launch_donating(tpu_executable_t* exe, int device, int nargs,
+                                             tpu_buffer_t* const* args, const bool* donate, int nouts,
+                                             const tpu_aval_t* out_avals, const char* producer,
+                                             tpu_buffer_t** out_buffers) {
   if (!out_buffers && nouts > 0) return TPU_STATUS(TPU_INVALID_ARGUMENT, "out_buffers is NULL");
   for (int i = 0; i < nouts; i++) out_buffers[i] = NULL;
   const PJRT_Api* api = tpu_client_api();
@@ -303,7 +330,10 @@ tpu_status_t* tpu_executable_launch(tpu_executable_t* exe, int device, int nargs
       nargs <= TPU_SMALL_ARITY ? arg_small : calloc((size_t)nargs, sizeof(PJRT_Buffer*));
   PJRT_Buffer** out_list =
       nouts <= TPU_SMALL_ARITY ? out_small : calloc((size_t)nouts, sizeof(PJRT_Buffer*));
-  tpu_status_t* status = NULL;
+  int64_t* keep = NULL;
+  size_t nkeep = 0;
+  tpu_status_t* status = keep_list(exe, nargs, donate, &keep, &nkeep);
+  if (status) goto done;
   if (!arg_list || !out_list) {
     status = TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "out of memory");
     goto done;
@@ -314,6 +344,8 @@ tpu_status_t* tpu_executable_launch(tpu_executable_t* exe, int device, int nargs
   if (status) goto done;
 
   TPU_PJRT_ARGS(PJRT_ExecuteOptions, options, num_custom_options);
+  options.non_donatable_input_indices = keep;
+  options.num_non_donatable_input_indices = nkeep;
   PJRT_Buffer* const* arg_lists[1] = {arg_list};
   PJRT_Buffer** const out_lists[1] = {out_list};
   TPU_PJRT_ARGS(PJRT_LoadedExecutable_Execute_Args, call, execute_device);
@@ -337,6 +369,9 @@ tpu_status_t* tpu_executable_launch(tpu_executable_t* exe, int device, int nargs
     if (producer[0]) status = tpu_status_annotate(status, "%s", producer);
     goto done;
   }
+  /* The plugin owns what was donated now (even if the run fails later). */
+  for (int i = 0; exe->aliases && donate && i < nargs; i++)
+    if (donate[i]) tpu_buffer_note_donated(args[i]);
   status = wrap_outputs(api, device, nouts, out_list, out_avals, producer, out_buffers);
   if (status) {
     release_all(nouts, out_buffers);
@@ -357,6 +392,7 @@ tpu_status_t* tpu_executable_launch(tpu_executable_t* exe, int device, int nargs
   }
 
 done:
+  free(keep);
   if (arg_list != arg_small) free(arg_list);
   if (out_list != out_small) free(out_list);
   return status;

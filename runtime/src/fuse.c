@@ -211,8 +211,16 @@ static tpu_status_t* fuse_record(tpu_executable_t* exe, int device, int nargs, t
 tpu_status_t* tpu_executable_execute(tpu_executable_t* exe, int device, int nargs, tpu_buffer_t* const* args,
                                      int nouts, const tpu_aval_t* out_avals, const char* producer,
                                      tpu_buffer_t** out_buffers) {
+  return tpu_executable_execute_donating(exe, device, nargs, args, NULL, nouts, out_avals, producer, out_buffers);
+}
+
+tpu_status_t* tpu_executable_execute_donating(tpu_executable_t* exe, int device, int nargs,
+                                              tpu_buffer_t* const* args, const bool* donate, int nouts,
+                                              const tpu_aval_t* out_avals, const char* producer,
+                                              tpu_buffer_t** out_buffers) {
   if (tpu_runtime_eager_mode() != TPU_EAGER_FUSED || !exe)
-    return tpu_executable_launch(exe, device, nargs, args, nouts, out_avals, producer, out_buffers);
+    return tpu_executable_launch_donating(exe, device, nargs, args, donate, nouts, out_avals, producer,
+                                          out_buffers);
   TPU_RETURN_IF_ERROR(tpu_runtime_check_device(device));
   if (nargs < 0 || nouts < 0 || (nargs > 0 && !args) || (nouts > 0 && (!out_avals || !out_buffers)))
     return TPU_STATUS(TPU_INVALID_ARGUMENT, "%s: bad argument or result list", producer ? producer : "execute");

@@ -35,6 +35,29 @@ static tpu_val_t tpu_graph_input(tpu_builder_t* b, tpu_op_t* op, int i) {
   return tpu_op_scalar(b, op, i, as);
 }
 
+/* An in-place output may take its input's buffer (PJRT donation) when the
+ * input is read whole (a FULL view: its buffer as one parameter, as is) and has
+ * the output's type: the write-back then adopts the output's buffer and never
+ * reads the input again (tpu_tensor_copy). Whether a run donates is decided at
+ * launch (exec.c), when nothing else holds the buffer. */
+static void tpu_graph_mark_donations(tpu_builder_t* b, tpu_op_t* op, const tpu_graph_t* g, const tpu_val_t* outs) {
+  for (int k = 0; k < g->noutputs; ++k) {
+    int in = g->alias_input[k];
+    int vi = in < 0 ? -1 : tpu_op_view_index(op, in, -1);
+    if (vi < 0 || op->views[vi].mode != TPU_VIEW_FULL || op->buffer_vals[vi] == TPU_NOVAL) continue;
+    tpu_aval_t ia = tpu_op_aval(op, in), oa = *tpu_b_aval(b, outs[k]);
+    if (!tpu_aval_equal(&ia, &oa) || !tpu_aval_equal(&op->views[vi].buffer_aval, &oa)) continue;
+    for (int p = 0; p < op->nparams; ++p) {
+      tpu_param_src_t* src = &op->params[p];
+      if (src->kind == TPU_PARAM_BUFFER && src->arg == in && src->item < 0 && src->donate_to == 0) {
+        src->donate_to = k + 1;
+        tpu_b_param_alias(b, p, k);
+        break;
+      }
+    }
+  }
+}
+
 static tpu_status_t* tpu_graph_lower(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs,
                                      int* out_nouts) {
   const tpu_graph_t* g = op->program;
@@ -53,6 +76,7 @@ static tpu_status_t* tpu_graph_lower(tpu_builder_t* b, tpu_op_t* op, int max_out
                                      n->overload);
   }
   for (int k = 0; k < g->noutputs && !st; ++k) outs[k] = vals[g->outputs[k]];
+  if (!st) tpu_graph_mark_donations(b, op, g, outs);
   if (!st) *out_nouts = g->noutputs;
   free(vals);
   if (!st) {

@@ -175,7 +175,7 @@ tpu_val_t tpu_op_buffer(tpu_builder_t* b, tpu_op_t* op, int arg, int item) {
     TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "%s: argument %d is None", op->name, arg);
     return TPU_NOVAL;
   } else {
-    tpu_param_src_t src = {TPU_PARAM_BUFFER, arg, item, TPU_F32};
+    tpu_param_src_t src = {TPU_PARAM_BUFFER, arg, item, TPU_F32, 0};
     val = tpu_op_add_param(b, op, src, &v->buffer_aval);
   }
   op->buffer_vals[vi] = val;
@@ -183,7 +183,7 @@ tpu_val_t tpu_op_buffer(tpu_builder_t* b, tpu_op_t* op, int arg, int item) {
 }
 
 static tpu_val_t tpu_op_offset(tpu_builder_t* b, tpu_op_t* op, int arg, int item) {
-  tpu_param_src_t src = {TPU_PARAM_OFFSET, arg, item, TPU_I64};
+  tpu_param_src_t src = {TPU_PARAM_OFFSET, arg, item, TPU_I64, 0};
   tpu_aval_t a = tpu_aval_make(TPU_I64, 0, NULL);
   return tpu_op_add_param(b, op, src, &a);
 }
@@ -260,7 +260,7 @@ tpu_val_t tpu_op_scalar(tpu_builder_t* b, tpu_op_t* op, int i, tpu_dtype_t as) {
   if (*cached != TPU_NOVAL) return *cached;
   if (op->parent) return *cached = tpu_op_program_scalar(b, op, i, as);
   tpu_dtype_t carrier = tpu_scalar_carrier(as);
-  tpu_param_src_t src = {TPU_PARAM_SCALAR, i, -1, carrier};
+  tpu_param_src_t src = {TPU_PARAM_SCALAR, i, -1, carrier, 0};
   tpu_aval_t av = tpu_aval_make(carrier, 0, NULL);
   tpu_val_t v = tpu_op_add_param(b, op, src, &av);
   *cached = tpu_b_convert(b, v, as);
@@ -268,7 +268,7 @@ tpu_val_t tpu_op_scalar(tpu_builder_t* b, tpu_op_t* op, int i, tpu_dtype_t as) {
 }
 
 tpu_val_t tpu_op_rng_state(tpu_builder_t* b, tpu_op_t* op) {
-  tpu_param_src_t src = {TPU_PARAM_RNG, -1, -1, TPU_I64};
+  tpu_param_src_t src = {TPU_PARAM_RNG, -1, -1, TPU_I64, 0};
   int64_t two = 2;
   tpu_aval_t a = tpu_aval_make(TPU_I64, 1, &two);
   return tpu_op_add_param(b, op, src, &a);

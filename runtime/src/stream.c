@@ -73,6 +73,14 @@ void tpu_runtime_retire_inflight(void) {
   pthread_mutex_unlock(&g_mu);
 }
 
+int tpu_runtime_inflight_holds(const tpu_buffer_t* buf) {
+  int n = 0;
+  pthread_mutex_lock(&g_mu);
+  for (int i = 0; i < g_len; i++) n += ring_at(i)->buf == buf;
+  pthread_mutex_unlock(&g_mu);
+  return n;
+}
+
 void tpu_runtime_track_inflight(tpu_buffer_t* buf) {
   if (!buf) return;
   const int device = tpu_buffer_device(buf);

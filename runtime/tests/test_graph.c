@@ -496,6 +496,60 @@ TEST(graph_alias_writes_output_into_input) {
   tpu_graph_destroy(g);
 }
 
+/* One SGD step of gt_sgd_graph on p (n floats, all 1) with grad 1 and lr -1;
+ * the results are released, so p's storage is the only holder of the output. */
+static bool gt_sgd_step(const tpu_graph_t* g, tpu_tensor_t* p, tpu_tensor_t* grad, const char* what) {
+  tpu_arg_t in[3] = {kit_arg_tensor(p), kit_arg_tensor(grad), kit_arg_scalar_f(-1.0)};
+  tpu_tensor_t o[KIT_MAX_OUTS];
+  int n = 0;
+  if (!tpu_test_check_ok(gt_run(g, in, 3, 1, o, &n), what, __FILE__, __LINE__)) return false;
+  kit_release_all(o, n);
+  return true;
+}
+
+TEST(graph_alias_donates_the_input_buffer) {
+  tpu_status_t* err = NULL;
+  tpu_graph_t* g = gt_sgd_graph(&err);
+  GB_DONE(g);
+  /* 2^18 floats = 1 MiB: the upload is a lent host block on the CPU plugin. */
+  enum { N = 1 << 18 };
+  float* ones = malloc(sizeof(float) * N);
+  float* got = malloc(sizeof(float) * N);
+  ASSERT(ones && got);
+  for (int i = 0; i < N; ++i) ones[i] = 1;
+  tpu_tensor_t tp, tg, keep;
+  ASSERT_OK(kit_tensor(TPU_F32, 1, (int64_t[]){N}, ones, &tp));
+  ASSERT_OK(kit_tensor(TPU_F32, 1, (int64_t[]){N}, ones, &tg));
+  ASSERT_OK(kit_tensor(TPU_F32, 1, (int64_t[]){N}, ones, &keep));
+  int64_t d0 = tpu_metric_get(TPU_METRIC_DONATED_BUFFERS);
+  /* Step 1 reads the upload (p = 0); step 2 reuses step 1's output buffer (p = -1). */
+  if (gt_sgd_step(g, &tp, &tg, "step 1") && gt_sgd_step(g, &tp, &tg, "step 2")) {
+    bool lent = strcmp(tpu_runtime_platform_name(), "cpu") == 0;
+    EXPECT_EQ_INT(tpu_metric_get(TPU_METRIC_DONATED_BUFFERS) - d0, (lent ? 1 : 2));
+    if (GT_READ(&tp, got, N)) EXPECT_NEAR(got[N - 1], -1, 0);
+  }
+  /* A tensor sharing p's buffer (a copy adopts it) keeps its values: no donation. */
+  ASSERT_OK(tpu_tensor_copy(&keep, &tp));
+  int64_t d1 = tpu_metric_get(TPU_METRIC_DONATED_BUFFERS);
+  if (gt_sgd_step(g, &tp, &tg, "step 3")) {
+    EXPECT_EQ_INT(tpu_metric_get(TPU_METRIC_DONATED_BUFFERS) - d1, 0);
+    if (GT_READ(&tp, got, N)) EXPECT_NEAR(got[0], -2, 0);
+    if (GT_READ(&keep, got, N)) EXPECT_NEAR(got[0], -1, 0);
+  }
+  /* Once the copy is gone, the next step donates again. */
+  kit_release(&keep);
+  if (gt_sgd_step(g, &tp, &tg, "step 4")) {
+    EXPECT_EQ_INT(tpu_metric_get(TPU_METRIC_DONATED_BUFFERS) - d1, 1);
+    if (GT_READ(&tp, got, N)) EXPECT_NEAR(got[N / 2], -3, 0);
+  }
+  if (GT_READ(&tg, got, N)) EXPECT_NEAR(got[7], 1, 0);
+  free(ones);
+  free(got);
+  kit_release(&tp);
+  kit_release(&tg);
+  tpu_graph_destroy(g);
+}
+
 /* ------------------------------------------------------------------ random */
 
 static int gt_count_equal(const float* a, const float* b, int n) {

@@ -41,6 +41,12 @@ void tpu_builder_destroy(tpu_builder_t* b);
 /* Function parameters are numbered in the order of these calls. */
 tpu_val_t tpu_b_param(tpu_builder_t* b, const tpu_aval_t* aval);
 int tpu_builder_num_params(const tpu_builder_t* b);
+/* Parameter `param` may give its buffer to result `result` (same type): an
+ * in-place update. Whether it does is the launch's choice (PJRT donation). */
+void tpu_b_param_alias(tpu_builder_t* b, int param, int result);
+/* The MLIR argument attribute that carries it (XLA's input/output alias). */
+#define TPU_B_ALIAS_ATTR "tf.aliasing_output"
+
 /* Writes the module returning `results`; *out_text is owned (free()). */
 tpu_status_t* tpu_builder_finish(tpu_builder_t* b, int nresults, const tpu_val_t* results,
                                  char** out_text);

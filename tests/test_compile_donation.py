@@ -1,0 +1,116 @@
+"""Buffer donation: a compiled graph's in-place outputs reuse their inputs' buffers.
+
+A parameter or optimizer state updated in place by a compiled step is given to
+the program (PJRT donation), so the step never holds the old and the new value
+at once. Donation is only taken when nothing else holds the buffer; otherwise
+the output is a new buffer and every other holder keeps its values. Results are
+compared with PyTorch on the CPU (float32: rtol/atol 1e-5 after a few SGD steps,
+exact for the integer-valued updates). `torchtpu.metrics()["donated_buffers"]`
+counts the donations. Fused eager mode records graph runs into its own program
+and donates nothing (docs/compile.md); the values are checked there too.
+"""
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import torchtpu
+
+FUSED = torchtpu.get_eager_mode() == "fused"
+MIB = 1 << 20
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def _donated():
+    return torchtpu.metrics()["donated_buffers"]
+
+
+def _add_one(t):
+    t.add_(1)
+
+
+def test_in_place_update_reuses_the_buffer():
+    p = torch.zeros(4 * MIB // 4, device="tpu")  # 4 MiB, made on the device
+    f = torch.compile(_add_one, backend="tpu")
+    f(p)
+    f(p)
+    torch.tpu.synchronize()
+    torch.tpu.reset_peak_memory_stats()
+    base = torch.tpu.memory_allocated()
+    d0 = _donated()
+    f(p)
+    torch.tpu.synchronize()
+    assert torch.equal(p.cpu(), torch.full((MIB,), 3.0))
+    if FUSED:
+        return
+    assert _donated() - d0 == 1
+    # The new value took the old one's place: no second 4 MiB during the run.
+    assert torch.tpu.max_memory_allocated() - base < MIB
+    assert torch.tpu.memory_allocated() == base
+
+
+def test_a_tensor_sharing_the_buffer_keeps_its_values():
+    p = torch.arange(1000, dtype=torch.float32, device="tpu")
+    f = torch.compile(_add_one, backend="tpu")
+    f(p)
+    keep = p.clone()  # a copy adopts p's buffer: two holders
+    view = p[10:20]   # a view of p's own storage sees the update
+    d0 = _donated()
+    f(p)
+    torch.tpu.synchronize()
+    if not FUSED:
+        assert _donated() - d0 == 0  # keep holds the buffer: not donated
+    ref = torch.arange(1000, dtype=torch.float32)
+    assert torch.equal(keep.cpu(), ref + 1)
+    assert torch.equal(p.cpu(), ref + 2)
+    assert torch.equal(view.cpu(), ref[10:20] + 2)
+    del keep
+    f(p)
+    torch.tpu.synchronize()
+    if not FUSED:
+        assert _donated() - d0 == 1  # sole holder again
+    assert torch.equal(p.cpu(), ref + 3)
+    assert torch.equal(view.cpu(), ref[10:20] + 3)
+
+
+def _train_step(model, opt, x, y):
+    opt.zero_grad()
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    return loss
+
+
+def test_compiled_train_step_donates_parameters_and_state():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
+    model_t = copy.deepcopy(model).to("tpu")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    opt_t = torch.optim.SGD(model_t.parameters(), lr=0.1, momentum=0.9)
+    step = torch.compile(_train_step, backend="tpu")
+    gen = torch.Generator().manual_seed(1)
+    donated = []
+    for _ in range(4):
+        x = torch.randn(16, 64, generator=gen)
+        y = torch.randint(0, 10, (16,), generator=gen)
+        d0 = _donated()
+        loss = _train_step(model, opt, x, y)
+        loss_t = step(model_t, opt_t, x.to("tpu"), y.to("tpu"))
+        donated.append(_donated() - d0)
+        torch.testing.assert_close(loss_t.cpu(), loss, rtol=1e-5, atol=1e-5)
+    for p, p_t in zip(model.parameters(), model_t.parameters()):
+        torch.testing.assert_close(p_t.cpu(), p, rtol=1e-5, atol=1e-5)
+    for p, p_t in zip(model.parameters(), model_t.parameters()):
+        torch.testing.assert_close(opt_t.state[p_t]["momentum_buffer"].cpu(), opt.state[p]["momentum_buffer"],
+                                   rtol=1e-5, atol=1e-5)
+    if not FUSED:
+        # From the second step on, every parameter and momentum buffer is donated.
+        assert all(d >= 8 for d in donated[1:]), donated
