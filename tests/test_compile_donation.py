@@ -114,3 +114,31 @@ def test_compiled_train_step_donates_parameters_and_state():
     if not FUSED:
         # From the second step on, every parameter and momentum buffer is donated.
         assert all(d >= 8 for d in donated[1:]), donated
+
+
+def _write_rows(cache, pos, rows):
+    cache.index_copy_(0, pos, rows)
+
+
+def test_checked_program_donates_a_cache_written_in_place():
+    """A KV-cache style update: index_copy_ has device-side index checks, and the
+    program still donates the cache; a bad index still raises at the next sync."""
+    cache_c = torch.zeros(64, 16)
+    cache = cache_c.to("tpu")
+    f = torch.compile(_write_rows, backend="tpu")
+    gen = torch.Generator().manual_seed(0)
+    donated = []
+    for step in range(4):
+        pos = torch.tensor([step * 3, 40 + step])
+        rows = torch.randn(2, 16, generator=gen)
+        d0 = _donated()
+        _write_rows(cache_c, pos, rows)
+        f(cache, pos.to("tpu"), rows.to("tpu"))
+        torch.tpu.synchronize()
+        donated.append(_donated() - d0)
+        assert torch.equal(cache.cpu(), cache_c)
+    if not FUSED:
+        assert donated[-1] == 1, donated
+    with pytest.raises(IndexError, match="index_copy"):
+        f(cache, torch.tensor([2, 64], device="tpu"), torch.ones(2, 16, device="tpu"))
+        torch.tpu.synchronize()

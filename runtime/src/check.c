@@ -242,8 +242,8 @@ static tpu_status_t* tpu_check_read(int device, const char* at_op) {
   return v[0] ? tpu_check_status(v[0], v[1], at_op) : NULL;
 }
 
-tpu_status_t* tpu_check_execute(const tpu_compiled_t* c, int device, tpu_buffer_t** params, const char* name,
-                                tpu_buffer_t** out_buffers) {
+tpu_status_t* tpu_check_execute(const tpu_compiled_t* c, int device, tpu_buffer_t** params, const bool* donate,
+                                const char* name, tpu_buffer_t** out_buffers) {
   tpu_check_dev_t* d = tpu_check_dev(device);
   if (!d) return TPU_STATUS(TPU_INVALID_ARGUMENT, "tpu:%d is not a device", device);
   int pw;
@@ -254,7 +254,7 @@ tpu_status_t* tpu_check_execute(const tpu_compiled_t* c, int device, tpu_buffer_
   if (!outs) return TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "out of host memory");
   pthread_mutex_lock(&d->mu);
   tpu_status_t* st = tpu_check_current_locked(d, device, &params[pw]);
-  if (!st) st = tpu_executable_execute(c->exe, device, c->nparams, params, n, c->out_avals, name, outs);
+  if (!st) st = tpu_executable_execute_donating(c->exe, device, c->nparams, params, donate, n, c->out_avals, name, outs);
   if (!st) {
     tpu_buffer_release(d->word);
     d->word = outs[c->nouts];

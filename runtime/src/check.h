@@ -43,10 +43,11 @@ void tpu_op_check(tpu_builder_t* b, tpu_op_t* op, tpu_val_t bad, tpu_val_t value
 tpu_status_t* tpu_check_lower(tpu_builder_t* b, tpu_op_t* op, tpu_val_t* out_word);
 /* Executes a compiled op that has checks (c->nouts results plus the word): fills
  * the word and message-id operands of `params` (the caller releases them as
- * usual), swaps the device's word, returns the c->nouts results. In debug mode
- * reads the word at once and fails with the op's own error. */
-tpu_status_t* tpu_check_execute(const tpu_compiled_t* c, int device, tpu_buffer_t** params, const char* name,
-                                tpu_buffer_t** out_buffers);
+ * usual), swaps the device's word, returns the c->nouts results. `donate` as
+ * tpu_executable_launch_donating's (NULL: none). In debug mode reads the word at
+ * once and fails with the op's own error. */
+tpu_status_t* tpu_check_execute(const tpu_compiled_t* c, int device, tpu_buffer_t** params, const bool* donate,
+                                const char* name, tpu_buffer_t** out_buffers);
 
 /* ---- sync points ---- */
 

@@ -413,14 +413,14 @@ static tpu_status_t* tpu_exec_launch(const tpu_exec_req_t* r, const tpu_compiled
   memset(bufs, 0, sizeof(*bufs) * (size_t)c->nparams);
   tpu_status_t* st = tpu_exec_params(c, r->device, r->args, r->nargs, s, bufs);
   bool* donate = NULL;
-  if (!st && c->donates && !c->checked) {
+  if (!st && c->donates) {
     donate = malloc(sizeof(bool) * (size_t)c->nparams);
     if (donate && !tpu_exec_donations(c, r, s, bufs, donate)) {
       free(donate);
       donate = NULL;
     }
   }
-  if (!st && c->checked) st = tpu_check_execute(c, r->device, bufs, r->name, out_buffers);
+  if (!st && c->checked) st = tpu_check_execute(c, r->device, bufs, donate, r->name, out_buffers);
   else if (!st)
     st = tpu_executable_execute_donating(c->exe, r->device, c->nparams, bufs, donate, c->nouts, c->out_avals, r->name,
                                          out_buffers);
