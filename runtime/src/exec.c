@@ -412,11 +412,13 @@ static tpu_status_t* tpu_exec_launch(const tpu_exec_req_t* r, const tpu_compiled
   if (!bufs) return TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "out of host memory");
   memset(bufs, 0, sizeof(*bufs) * (size_t)c->nparams);
   tpu_status_t* st = tpu_exec_params(c, r->device, r->args, r->nargs, s, bufs);
+  /* Only graphs with in-place outputs get here (c->donates); no malloc per op. */
+  bool donate_small[32];
   bool* donate = NULL;
   if (!st && c->donates) {
-    donate = malloc(sizeof(bool) * (size_t)c->nparams);
+    donate = c->nparams <= 32 ? donate_small : malloc(sizeof(bool) * (size_t)c->nparams);
     if (donate && !tpu_exec_donations(c, r, s, bufs, donate)) {
-      free(donate);
+      if (donate != donate_small) free(donate);
       donate = NULL;
     }
   }
@@ -424,7 +426,7 @@ static tpu_status_t* tpu_exec_launch(const tpu_exec_req_t* r, const tpu_compiled
   else if (!st)
     st = tpu_executable_execute_donating(c->exe, r->device, c->nparams, bufs, donate, c->nouts, c->out_avals, r->name,
                                          out_buffers);
-  free(donate);
+  if (donate != donate_small) free(donate);
   if (!st) *out_nouts = c->nouts;
   for (int p = 0; p < c->nparams; ++p) tpu_buffer_release(bufs[p]);
   if (bufs != stack_bufs) free(bufs);

@@ -1427,6 +1427,15 @@ static bool tpu_idx_side(tpu_builder_t* b, const tpu_op_t* op, int ri, int si, b
   return true;
 }
 
+/* A Scalar value searched in a sequence (args 0 and 1 of the op, either order):
+ * PyTorch promotes it with the sequence as a wrapped number (int sequence, float
+ * value -> float32). Converts *seq and returns the value in that dtype. */
+static tpu_val_t tpu_idx_scalar_probe(tpu_builder_t* b, tpu_op_t* op, int value_arg, tpu_val_t* seq) {
+  tpu_dtype_t ct = tpu_ops_result_type(op, 2, (const int[]){0, 1});
+  *seq = tpu_b_convert(b, *seq, ct);
+  return tpu_op_scalar(b, op, value_arg, ct);
+}
+
 /* searchsorted(sorted_sequence, self, out_int32, right, side, sorter) */
 static tpu_status_t* tpu_lower_searchsorted(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs,
                                             int* nouts) {
@@ -1450,10 +1459,8 @@ static tpu_status_t* tpu_lower_searchsorted(tpu_builder_t* b, tpu_op_t* op, int 
     s = tpu_idx_gather_dim(b, s, sa.rank - 1, so);
   }
   tpu_val_t v;
-  if (scalar) { /* PyTorch promotes a wrapped scalar with the sequence: int seq, float value -> float32 */
-    tpu_dtype_t ct = tpu_ops_result_type(op, 2, (const int[]){0, 1});
-    s = tpu_b_convert(b, s, ct);
-    v = tpu_op_scalar(b, op, 1, ct);
+  if (scalar) {
+    v = tpu_idx_scalar_probe(b, op, 1, &s);
   } else {
     tpu_aval_t va = tpu_op_aval(op, 1);
     bool lead_ok = sa.rank == 1 || sa.rank == va.rank;
@@ -1483,14 +1490,8 @@ static tpu_status_t* tpu_lower_bucketize(tpu_builder_t* b, tpu_op_t* op, int max
     return NULL;
   }
   tpu_dtype_t ot = tpu_op_bool(op, 2, false) ? TPU_I32 : TPU_I64;
-  tpu_val_t bv = tpu_op_tensor(b, op, 1), v;
-  if (tpu_op_kind(op, 0) == TPU_ARG_TENSOR) {
-    v = tpu_op_tensor(b, op, 0);
-  } else { /* promoted with the boundaries as a wrapped number, as searchsorted's scalar */
-    tpu_dtype_t ct = tpu_ops_result_type(op, 2, (const int[]){0, 1});
-    bv = tpu_b_convert(b, bv, ct);
-    v = tpu_op_scalar(b, op, 0, ct);
-  }
+  tpu_val_t bv = tpu_op_tensor(b, op, 1);
+  tpu_val_t v = tpu_op_kind(op, 0) == TPU_ARG_TENSOR ? tpu_op_tensor(b, op, 0) : tpu_idx_scalar_probe(b, op, 0, &bv);
   return tpu_idx_one(tpu_idx_insertion(b, bv, v, tpu_op_bool(op, 3, false), ot), outs, nouts);
 }
 
