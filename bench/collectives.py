@@ -4,9 +4,9 @@ and .json. Nothing here asserts on time.
 
 One torchrun launch of 2 processes (one CPU-plugin device each) with the group
 "cpu:gloo,tpu:tpu": for each size from 1 KiB to 64 MiB and each of all_reduce (SUM) and
-all_gather_into_tensor, the tpu tensor and the cpu tensor take turns, so machine noise
-falls on both. A timing is the slowest rank's mean over the iterations (synchronized
-before the clock stops). Bus bandwidth follows nccl-tests: all_reduce moves
+all_gather_into_tensor, the tpu tensor and the cpu tensor take turns (3 rounds), so
+machine noise falls on both. A round's timing is the slowest rank's mean over the
+iterations (synchronized before the clock stops); a row reports the median round. Bus bandwidth follows nccl-tests: all_reduce moves
 2(n-1)/n of the buffer per rank, all_gather (n-1)/n of the output.
 """
 from __future__ import annotations
@@ -22,6 +22,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 SIZES = [1 << k for k in (10, 14, 18, 22, 24, 26)]  # 1 KiB ... 64 MiB per rank
 NPROC = 2
+ROUNDS = 3  # interleaved tpu/cpu rounds per row; the median is reported
 
 
 def _time(op, sync, iters):
@@ -49,22 +50,28 @@ def worker(out_path):
     rows = []
     for nbytes in SIZES:
         numel = nbytes // 4
-        iters = max(3, min(100, (64 << 20) // nbytes))
+        iters = max(5, min(100, (256 << 20) // nbytes))
         for coll in ("all_reduce", "all_gather"):
-            row = {"collective": coll, "bytes": nbytes, "iters": iters}
+            row = {"collective": coll, "bytes": nbytes, "iters": iters, "rounds": ROUNDS}
+            calls = {}
             for dev in ("tpu", "cpu"):
                 x = torch.ones(numel).to(dev)
                 out = torch.empty(numel * n).to(dev)
                 sync = torch.tpu.synchronize if dev == "tpu" else (lambda: None)
                 if coll == "all_reduce":
-                    secs = _time(lambda: dist.all_reduce(x), sync, iters)
-                    bus = nbytes * 2 * (n - 1) / n / secs
+                    calls[dev] = (lambda x=x: dist.all_reduce(x)), sync
                 else:
-                    secs = _time(lambda: dist.all_gather_into_tensor(out, x), sync, iters)
-                    bus = nbytes * n * (n - 1) / n / secs
-                slowest = torch.tensor([secs])
-                dist.all_reduce(slowest, op=dist.ReduceOp.MAX)  # over gloo, cpu tensor
-                row[dev] = {"seconds": slowest.item(), "busbw_GBps": bus / 1e9 * secs / slowest.item()}
+                    calls[dev] = (lambda x=x, out=out: dist.all_gather_into_tensor(out, x)), sync
+            times = {dev: [] for dev in calls}
+            for _ in range(ROUNDS):  # tpu and cpu take turns, so machine noise falls on both
+                for dev, (op, sync) in calls.items():
+                    secs = torch.tensor([_time(op, sync, iters)])
+                    dist.all_reduce(secs, op=dist.ReduceOp.MAX)  # the slowest rank; over gloo, cpu tensor
+                    times[dev].append(secs.item())
+            moved = nbytes * 2 * (n - 1) / n if coll == "all_reduce" else nbytes * (n - 1)
+            for dev, ts in times.items():
+                secs = sorted(ts)[len(ts) // 2]
+                row[dev] = {"seconds": secs, "busbw_GBps": moved / secs / 1e9}
             rows.append(row)
     if r == 0:
         with open(out_path, "w") as f:
@@ -77,7 +84,8 @@ def write_markdown(path, data):
         "# Collectives: the `tpu` backend (host path over gloo) vs gloo on CPU tensors",
         "",
         f"{data['nproc']} processes, one CPU-plugin device each, same run, interleaved per size "
-        "(bench/collectives.py). Time: the slowest rank's mean per call. Ratio = tpu bus "
+        "(bench/collectives.py). Time: the median over 3 alternating rounds of the slowest rank's "
+        "mean per call. Ratio = tpu bus "
         "bandwidth / gloo bus bandwidth (1.0 = staging costs nothing).",
         "",
         "| collective | bytes per rank | tpu µs | gloo µs | tpu GB/s | gloo GB/s | ratio |",

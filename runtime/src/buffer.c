@@ -218,8 +218,13 @@ tpu_status_t* tpu_buffer_materialize(tpu_buffer_t* buf, PJRT_Buffer** out_pjrt) 
 }
 
 /* Large uploads to the CPU plugin go through a pool block (hostpool.h). */
-static bool use_hostpool(size_t nbytes) {
-  return nbytes >= TPU_HOSTPOOL_MIN_BYTES && strcmp(tpu_runtime_platform_name(), "cpu") == 0;
+static bool plugin_reads_host_memory(void) { return strcmp(tpu_runtime_platform_name(), "cpu") == 0; }
+static bool use_hostpool(size_t nbytes) { return nbytes >= TPU_HOSTPOOL_MIN_BYTES && plugin_reads_host_memory(); }
+
+/* A failure of from_host before the block was lent: the block goes back. */
+static tpu_status_t* drop_block(void* block, tpu_status_t* status) {
+  tpu_hostpool_release(block);
+  return status;
 }
 
 static void give_back_block(PJRT_Error* error, void* block) {
@@ -251,20 +256,23 @@ static tpu_status_t* lend_block(const PJRT_Api* api, PJRT_Event* done, PJRT_Buff
   return NULL;
 }
 
-static tpu_status_t* from_host(int device, const void* data, const tpu_aval_t* aval,
+/* `block`, when not NULL, is a host pool block holding `data` that the caller
+ * hands over (consumed, on failure too): it is lent to the buffer as is. */
+static tpu_status_t* from_host(int device, const void* data, void* block, const tpu_aval_t* aval,
                                tpu_buffer_t** out_buffer) {
-  if (!out_buffer) return TPU_STATUS(TPU_INVALID_ARGUMENT, "out_buffer is NULL");
+  if (!out_buffer) return drop_block(block, TPU_STATUS(TPU_INVALID_ARGUMENT, "out_buffer is NULL"));
   *out_buffer = NULL;
   const PJRT_Api* api = api_or_null();
-  if (!api) return not_initialized();
+  if (!api) return drop_block(block, not_initialized());
   PJRT_Device* pjrt_device = tpu_client_device(device);
   if (!pjrt_device) {
-    return TPU_STATUS(TPU_INVALID_ARGUMENT, "device %d out of range [0, %d)", device,
-                      tpu_runtime_device_count());
+    return drop_block(block, TPU_STATUS(TPU_INVALID_ARGUMENT, "device %d out of range [0, %d)", device,
+                                        tpu_runtime_device_count()));
   }
   size_t nbytes = 0;
-  TPU_RETURN_IF_ERROR(aval_nbytes(aval, &nbytes));
-  if (!data && nbytes > 0) return TPU_STATUS(TPU_INVALID_ARGUMENT, "host data is NULL");
+  tpu_status_t* bad = aval_nbytes(aval, &nbytes);
+  if (!bad && !data && nbytes > 0) bad = TPU_STATUS(TPU_INVALID_ARGUMENT, "host data is NULL");
+  if (bad) return drop_block(block, bad);
   static const char kEmpty[16];
 
   TPU_PJRT_ARGS(PJRT_Client_BufferFromHostBuffer_Args, args, buffer);
@@ -277,18 +285,16 @@ static tpu_status_t* from_host(int device, const void* data, const tpu_aval_t* a
    * or (large, CPU plugin) `data` is copied here into a block the buffer keeps. */
   args.host_buffer_semantics = PJRT_HostBufferSemantics_ImmutableOnlyDuringCall;
   args.device = pjrt_device;
-  void* block = NULL;
-  if (use_hostpool(nbytes)) {
+  if (!block && use_hostpool(nbytes)) {
     TPU_RETURN_IF_ERROR(tpu_hostpool_acquire(nbytes, &block));
     memcpy(block, data, nbytes);
+  }
+  if (block) {
     args.data = block;
     args.host_buffer_semantics = PJRT_HostBufferSemantics_ImmutableZeroCopy;
   }
   tpu_status_t* status = TPU_PJRT_CALL(api, Client_BufferFromHostBuffer, &args);
-  if (status) {
-    tpu_hostpool_release(block);
-    return status;
-  }
+  if (status) return drop_block(block, status);
   if (block) {
     TPU_RETURN_IF_ERROR(lend_block(api, args.done_with_host_buffer, &args.buffer, block));
     tpu_metric_add(TPU_METRIC_H2D_LENT, 1);
@@ -436,7 +442,21 @@ static tpu_status_t* to_host(tpu_buffer_t* buf, void* dst, size_t nbytes) {
 tpu_status_t* tpu_buffer_from_host(int device, const void* data, const tpu_aval_t* aval,
                                    tpu_buffer_t** out_buffer) {
   tpu_trace_range_t range = tpu_trace_begin(TPU_TRACE_H2D, NULL);
-  tpu_status_t* status = from_host(device, data, aval, out_buffer);
+  tpu_status_t* status = from_host(device, data, NULL, aval, out_buffer);
+  tpu_trace_end(range);
+  return status;
+}
+
+tpu_status_t* tpu_buffer_from_block(int device, void* block, const tpu_aval_t* aval,
+                                    tpu_buffer_t** out_buffer) {
+  if (!block) return TPU_STATUS(TPU_INVALID_ARGUMENT, "host block is NULL");
+  if (!plugin_reads_host_memory()) { /* a plugin that copies: the block goes back at once */
+    tpu_status_t* status = tpu_buffer_from_host(device, block, aval, out_buffer);
+    tpu_hostpool_release(block);
+    return status;
+  }
+  tpu_trace_range_t range = tpu_trace_begin(TPU_TRACE_H2D, NULL);
+  tpu_status_t* status = from_host(device, block, block, aval, out_buffer);
   tpu_trace_end(range);
   return status;
 }

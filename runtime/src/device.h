@@ -23,6 +23,12 @@ typedef struct tpu_executable tpu_executable_t;
 /* Host data is dense row-major of aval's dtype; copied before returning. */
 tpu_status_t* tpu_buffer_from_host(int device, const void* data, const tpu_aval_t* aval,
                                    tpu_buffer_t** out_buffer);
+/* Like tpu_buffer_from_host for data in a host pool block (hostpool.h), which
+ * it consumes, on failure too. Where the plugin reads host memory (the CPU
+ * plugin) the block becomes the buffer's memory, with no copy, and returns to
+ * the pool when the buffer is destroyed; elsewhere it is copied and given back. */
+tpu_status_t* tpu_buffer_from_block(int device, void* block, const tpu_aval_t* aval,
+                                    tpu_buffer_t** out_buffer);
 /* Waits for the buffer and copies it into `dst` (exactly the buffer's bytes). */
 tpu_status_t* tpu_buffer_to_host(tpu_buffer_t* buf, void* dst, size_t nbytes);
 /* Waits until ready; returns the asynchronous error, if any. */

@@ -1,6 +1,8 @@
 /* The host block pool (hostpool.h): a mutex-guarded list of free blocks. */
 #include "hostpool.h"
 
+#include "torchtpu/tensor.h"
+
 #include <assert.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -88,3 +90,6 @@ size_t tpu_hostpool_cached_bytes(void) {
   pthread_mutex_unlock(&g_lock);
   return n;
 }
+
+tpu_status_t* tpu_host_block_acquire(size_t nbytes, void** out_block) { return tpu_hostpool_acquire(nbytes, out_block); }
+void tpu_host_block_release(void* block) { tpu_hostpool_release(block); }

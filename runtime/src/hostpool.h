@@ -7,8 +7,12 @@
  * zero-copy semantics: the device buffer is the block, immutable while the
  * buffer lives. PJRT's done-with-host-buffer event fires when the buffer is
  * destroyed (or at once, if the plugin copied after all) and gives the block
- * back here. The runtime never donates buffers to executables (in-place updates
- * are written back as copies), so no program writes into a lent block.
+ * back here. A lent buffer is never donated to an executable
+ * (tpu_buffer_donatable), so no program writes into a lent block.
+ *
+ * The public tpu_host_block_* functions (tensor.h) hand blocks to callers that
+ * fill them themselves (the c10d backend's host staging): the filled block is
+ * lent as it is by tpu_tensor_upload_block, with no copy at all.
  *
  * Free blocks are kept per size (rounded up to pages), at most
  * TPU_HOSTPOOL_CACHE_BYTES in all; beyond that a returned block is freed.

@@ -258,6 +258,23 @@ tpu_status_t* tpu_tensor_upload(const tpu_tensor_t* dst, const void* host, tpu_d
   return st;
 }
 
+tpu_status_t* tpu_tensor_upload_block(const tpu_tensor_t* dst, void* block, tpu_dtype_t host_dtype) {
+  if (!block) return TPU_STATUS(TPU_INVALID_ARGUMENT, "upload: host block is NULL");
+  tpu_status_t* st = tpu_check_tensor(dst, "upload");
+  if (!st && !tpu_dtype_valid((int)host_dtype)) st = TPU_STATUS(TPU_INVALID_ARGUMENT, "upload: invalid host dtype");
+  if (st || host_dtype != dst->dtype || !tpu_tensor_covers_storage(dst) || tpu_tensor_numel(dst) == 0) {
+    if (!st) st = tpu_tensor_upload(dst, block, host_dtype); /* a copy: the block is free again after it */
+    tpu_host_block_release(block);
+    return st;
+  }
+  tpu_aval_t a = tpu_aval_make(host_dtype, dst->rank, dst->sizes);
+  tpu_buffer_t* buf = NULL;
+  TPU_RETURN_IF_ERROR(tpu_buffer_from_block(tpu_storage_device(dst->storage), block, &a, &buf));
+  tpu_storage_set_buffer(dst->storage, buf, tpu_storage_nbytes(dst->storage));
+  tpu_buffer_release(buf);
+  return NULL;
+}
+
 static tpu_status_t* tpu_tensor_download_data(const tpu_tensor_t* src, void* host, size_t host_nbytes) {
   TPU_RETURN_IF_ERROR(tpu_check_tensor(src, "download"));
   size_t need = (size_t)tpu_tensor_numel(src) * tpu_dtype_size(src->dtype);

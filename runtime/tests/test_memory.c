@@ -128,3 +128,38 @@ TEST(upload_of_a_large_tensor_lends_a_block_on_cpu) {
   free(host);
   EXPECT_EQ_INT(tpu_metric_get(TPU_METRIC_H2D_LENT) - lent0, 3);
 }
+
+/* A block the caller filled becomes the buffer itself (no copy) when the view
+ * covers its storage; a partial view gets a copy and its neighbours keep theirs. */
+TEST(upload_block_lends_a_filled_block) {
+  const int64_t n = 4096;
+  int64_t lent0 = tpu_metric_get(TPU_METRIC_H2D_LENT);
+  void* block = NULL;
+  ASSERT_OK(tpu_host_block_acquire((size_t)n * sizeof(float), &block));
+  for (int64_t i = 0; i < n; ++i) ((float*)block)[i] = (float)i;
+  tpu_tensor_t t;
+  ASSERT_OK(kit_tensor(TPU_F32, 1, &n, NULL, &t));
+  ASSERT_OK(tpu_tensor_upload_block(&t, block, TPU_F32)); /* the block is the buffer's now */
+  EXPECT_EQ_INT(tpu_metric_get(TPU_METRIC_H2D_LENT) - lent0, 1);
+  float* host = malloc((size_t)n * sizeof(float));
+  ASSERT(host != NULL);
+  ASSERT_OK(tpu_tensor_download(&t, host, (size_t)n * sizeof(float)));
+  int bad = 0;
+  for (int64_t i = 0; i < n; ++i) bad += host[i] != (float)i;
+  EXPECT_EQ_INT(bad, 0);
+
+  /* elements [8, 12) of t from a block: a copy into the view */
+  ASSERT_OK(tpu_host_block_acquire(4 * sizeof(float), &block));
+  for (int i = 0; i < 4; ++i) ((float*)block)[i] = -1.0f;
+  tpu_tensor_t part = kit_view(&t, 1, (const int64_t[]){4}, (const int64_t[]){1}, 8);
+  ASSERT_OK(tpu_tensor_upload_block(&part, block, TPU_F32));
+  EXPECT_EQ_INT(tpu_metric_get(TPU_METRIC_H2D_LENT) - lent0, 1);
+  ASSERT_OK(tpu_tensor_download(&t, host, (size_t)n * sizeof(float)));
+  bad = 0;
+  for (int64_t i = 0; i < n; ++i) bad += host[i] != (i >= 8 && i < 12 ? -1.0f : (float)i);
+  EXPECT_EQ_INT(bad, 0);
+  free(host);
+  EXPECT_CODE(tpu_tensor_upload_block(&part, NULL, TPU_F32), TPU_INVALID_ARGUMENT);
+  kit_release(&t);
+  EXPECT_OK(tpu_runtime_synchronize());
+}

@@ -116,8 +116,33 @@ def run_all():
             dist.all_reduce(x)
     close(xs[0], [n])
     close(xs[1], [2.0 * n, 3.0 * n])
+    results_written_back_in_place(r, n)
     dist.barrier()
     print(f"rank {r}/{n}: collectives OK", flush=True)
+
+
+def results_written_back_in_place(r, n):
+    """On the CPU plugin a result becomes its tensor's buffer as the host staging
+    block itself (no copy back); a clone taken before and a view's neighbours
+    keep their own values, and the next collective reads the lent buffer."""
+    lent = torchtpu.metrics()["h2d_lent"]
+    base = torch.arange(4096, dtype=torch.float32)
+    x = base.to("tpu") + r
+    keep = x.clone()
+    dist.all_reduce(x)
+    want = n * base + n * (n - 1) / 2
+    close(x, want)
+    close(keep, base + r)
+    x.add_(1.0)
+    dist.all_reduce(x)
+    close(x, n * (want + 1))
+    if torchtpu._C.platform_name() == "cpu":
+        assert torchtpu.metrics()["h2d_lent"] - lent == 2, torchtpu.metrics()["h2d_lent"] - lent
+    buf = torch.zeros(8).to("tpu")
+    view = buf[2:6]
+    view.fill_(r + 1.0)
+    dist.all_reduce(view)  # part of a storage: written back as a copy into the view
+    close(buf, [0.0, 0.0] + [n * (n + 1) / 2] * 4 + [0.0, 0.0])
 
 
 if __name__ == "__main__":

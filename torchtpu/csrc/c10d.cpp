@@ -11,6 +11,7 @@
 #include <c10/util/strides.h>
 
 #include <algorithm>
+#include <atomic>
 #include <functional>
 #include <mutex>
 #include <string>
@@ -53,6 +54,46 @@ class DoneWork final : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
+// Host staging memory: blocks of the runtime's host pool (tpu_host_block_acquire),
+// reused across collectives, so a call pays no page faults of fresh memory (25 ms
+// for 64 MiB, several times the copy). A staged output returns to its tpu tensor
+// as the block itself where the plugin reads host memory (the CPU plugin):
+// tpu_tensor_upload_block lends the block to the device buffer, so writing a
+// result back costs no copy.
+struct HostBlock {
+  void* ptr;
+  std::atomic<bool> lent{false};  // the device buffer owns the block now
+};
+
+void drop_host_block(void* ctx) {
+  auto* b = static_cast<HostBlock*>(ctx);
+  if (!b->lent.load()) tpu_host_block_release(b->ptr);
+  delete b;
+}
+
+// A contiguous host tensor with t's sizes and dtype, uninitialised.
+at::Tensor host_like(const at::Tensor& t) {
+  const size_t nbytes = static_cast<size_t>(t.numel()) * t.element_size();
+  void* p = nullptr;
+  check_status(tpu_host_block_acquire(nbytes, &p), "tpu c10d backend: host staging");
+  c10::DataPtr data(p, new HostBlock{p}, drop_host_block, c10::Device(c10::kCPU));
+  c10::Storage s(c10::Storage::use_byte_size_t(), nbytes, std::move(data), nullptr, false);
+  return at::empty({0}, t.options().device(at::kCPU)).set_(s, 0, t.sizes(), c10::contiguous_strides(t.sizes()));
+}
+
+// dst ← host, a tensor of host_like(dst) that nothing writes any more.
+void unstage_one(at::Tensor& dst, const at::Tensor& host) {
+  auto* b = host.storage().data_ptr().cast_context<HostBlock>(drop_host_block);
+  tpu_dtype_t hd;
+  if (b && dst.is_contiguous() && !dst.is_conj() && !dst.is_neg() && host.scalar_type() == dst.scalar_type() &&
+      to_tpu_dtype(host.scalar_type(), &hd) && !b->lent.exchange(true)) {
+    const tpu_tensor_t d = describe(dst);
+    check_status(tpu_tensor_upload_block(&d, b->ptr, hd), "tpu c10d backend: writing the result back");
+    return;
+  }
+  dst.copy_(host);
+}
+
 // A point-to-point operation still running on the host backend: isend/irecv
 // must not block (batch_isend_irecv posts both sides before waiting). wait()
 // waits for the host work and then writes received values into the tpu tensors.
@@ -71,7 +112,7 @@ class StagedWork final : public c10d::Work {
     } catch (const std::exception& e) {
       TORCH_CHECK(false, "tpu c10d backend: ", what_, " failed on rank ", rank_, ": ", e.what());
     }
-    for (size_t i = 0; i < dev_out_.size(); ++i) dev_out_[i].copy_(host_bufs_[i]);
+    for (size_t i = 0; i < dev_out_.size(); ++i) unstage_one(dev_out_[i], host_bufs_[i]);
     done_ = true;
     return true;
   }
@@ -89,35 +130,6 @@ class StagedWork final : public c10d::Work {
   Tensors host_bufs_;  // the host side of the transfer, alive until it finishes
   std::mutex mu_;
   bool done_ = false;
-};
-
-// Host staging memory reused across collectives: a fresh host tensor per call
-// costs the page faults of its first touch (25 ms for 64 MiB, several times the
-// copy itself). A storage is handed out again only when nothing but this cache
-// holds it (a pending send/recv keeps its own); at most kMaxBytes are kept.
-class HostStaging {
- public:
-  // A contiguous host tensor with t's sizes and dtype, uninitialised.
-  at::Tensor like(const at::Tensor& t) {
-    const size_t nbytes = static_cast<size_t>(t.numel()) * t.element_size();
-    at::TensorOptions opts = t.options().device(at::kCPU);
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const c10::Storage& s : storages_)
-      if (s.use_count() == 1 && s.nbytes() >= nbytes) return view(s, t, opts);
-    if (cached_ + nbytes > kMaxBytes) return at::empty(t.sizes(), opts);
-    storages_.push_back(at::empty({static_cast<int64_t>(nbytes)}, opts.dtype(at::kByte)).storage());
-    cached_ += nbytes;
-    return view(storages_.back(), t, opts);
-  }
-
- private:
-  static constexpr size_t kMaxBytes = size_t{512} << 20;
-  static at::Tensor view(const c10::Storage& s, const at::Tensor& t, const at::TensorOptions& opts) {
-    return at::empty({0}, opts).set_(s, 0, t.sizes(), c10::contiguous_strides(t.sizes()));
-  }
-  std::mutex mu_;
-  std::vector<c10::Storage> storages_;
-  size_t cached_ = 0;
 };
 
 class TpuBackend final : public c10d::Backend {
@@ -257,13 +269,13 @@ class TpuBackend final : public c10d::Backend {
     for (const at::Tensor& t : ts) {
       TORCH_CHECK(t.device().type() == kTpu, "tpu c10d backend: ", what, " got a tensor on ", t.device(),
                   "; this process group's tensors must be on tpu");
-      host.push_back(staging_.like(t));
+      host.push_back(host_like(t));
       if (copy_values) host.back().copy_(t);
     }
     return host;
   }
   static void unstage(Tensors& dst, const Tensors& host) {
-    for (size_t i = 0; i < dst.size(); ++i) dst[i].copy_(host[i]);
+    for (size_t i = 0; i < dst.size(); ++i) unstage_one(dst[i], host[i]);
   }
   WorkPtr finish(const char* what, OpType op, const WorkPtr& host_work, Tensors outputs) {
     // The host backend raises (with its message) if a peer failed or timed out.
@@ -343,7 +355,6 @@ class TpuBackend final : public c10d::Backend {
   }
 
   c10::intrusive_ptr<c10d::Backend> host_;
-  HostStaging staging_;
 };
 
 }  // namespace

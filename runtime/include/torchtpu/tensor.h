@@ -50,6 +50,16 @@ bool tpu_tensor_is_contiguous(const tpu_tensor_t* t);
  * `host_dtype`; it is converted to dst->dtype and written into the view. */
 tpu_status_t* tpu_tensor_upload(const tpu_tensor_t* dst, const void* host,
                                 tpu_dtype_t host_dtype);
+/* Host staging memory for transfers: a block of at least `nbytes` from the
+ * runtime's host pool (aligned, reused, its pages already touched). Owned by the
+ * caller until tpu_host_block_release or tpu_tensor_upload_block takes it. */
+tpu_status_t* tpu_host_block_acquire(size_t nbytes, void** out_block);
+void tpu_host_block_release(void* block); /* NULL is ignored; any thread */
+/* tpu_tensor_upload from a block of tpu_host_block_acquire, which it consumes
+ * (on failure too). Where dst covers its whole storage in `host_dtype` and the
+ * plugin reads host memory (the CPU plugin), the block becomes the storage's
+ * device buffer, with no copy; the caller must not write it afterwards. */
+tpu_status_t* tpu_tensor_upload_block(const tpu_tensor_t* dst, void* block, tpu_dtype_t host_dtype);
 /* Device → host: writes src as a dense row-major array of src's dtype. Waits. */
 tpu_status_t* tpu_tensor_download(const tpu_tensor_t* src, void* host, size_t host_nbytes);
 /* dst ← cast(broadcast(src)) (PyTorch's copy_). dst must not be an expanded view. */
