@@ -57,6 +57,48 @@ def test_in_place_update_reuses_the_buffer():
     assert torch.tpu.memory_allocated() == base
 
 
+def _add_one_and_return(t):
+    return t.add_(1)
+
+
+def _double_and_return(t):
+    y = t * 2
+    t.copy_(y)
+    return y
+
+
+@pytest.mark.parametrize("step", [_add_one_and_return, _double_and_return])
+def test_a_returned_in_place_value_is_one_buffer(step):
+    """A graph returning the value it also writes into its input computes it once:
+    the input takes the donated buffer and the result shares it, so the step holds
+    no second copy; the result is still its own tensor."""
+    p = torch.ones(4 * MIB // 4, device="tpu")
+    ref = torch.ones(MIB)
+    f = torch.compile(step, backend="tpu")
+    for _ in range(2):
+        f(p)
+        step(ref)
+    torch.tpu.synchronize()
+    torch.tpu.reset_peak_memory_stats()
+    base = torch.tpu.memory_allocated()
+    d0 = _donated()
+    out = f(p)
+    want = step(ref)
+    torch.tpu.synchronize()
+    assert torch.equal(out.cpu(), want) and torch.equal(p.cpu(), ref)
+    if not FUSED:
+        assert _donated() - d0 == 1
+        assert torch.tpu.max_memory_allocated() - base < MIB  # was + 4 MiB: a second result buffer
+        assert torch.tpu.memory_allocated() == base
+    if step is _double_and_return:  # eager returns a new tensor: writes to it stay apart from p
+        kept = out.clone().cpu()
+        f(p)  # out holds the old buffer now: not donated, out keeps its values
+        step(ref)
+        assert torch.equal(out.cpu(), kept) and torch.equal(p.cpu(), ref)
+        out.add_(1)
+        assert torch.equal(p.cpu(), ref) and torch.equal(out.cpu(), kept + 1)
+
+
 def test_a_tensor_sharing_the_buffer_keeps_its_values():
     p = torch.arange(1000, dtype=torch.float32, device="tpu")
     f = torch.compile(_add_one, backend="tpu")

@@ -219,6 +219,8 @@ class _Program:
             raise Unsupported(f"call to {target} ({node.name})")
         if target is torch.ops.aten.copy_.default and node.args[0] in self.input_index:
             return self._mutate_input(node)
+        if target is torch.ops.aten.copy.default and self._is_identity_copy(node.args[0], node.args[1]):
+            return self.env[node.args[1]]  # one value: an output that is also written back is one buffer
         if target is torch.ops.aten.slice.Tensor and any(isinstance(a, torch.fx.Node) for a in node.args[2:4]):
             return self._slice_at(node)
         if _C.op_wants_out_dtype(_lowering_name(target)):
@@ -274,11 +276,22 @@ class _Program:
         i = self.input_index[dst]
         if not isinstance(self.env[dst], _C.GraphValue):
             raise Unsupported(f"copy_ into input {dst.name}, which is not a tensor")
-        value = _C.GraphValue(self._apply(_A.copy.default, [self._arg(dst), self._arg(src)]))
+        if self._is_identity_copy(dst, src):
+            value = self.env[src]
+        else:
+            value = _C.GraphValue(self._apply(_A.copy.default, [self._arg(dst), self._arg(src)]))
         # A cpu scalar input (an optimizer's step count) is not the program's to
         # write: it gets the value after the run, as AOTAutograd would do it.
         self.mutations.append((value, i, self.example_kinds[i] == "tensor"))
         return value
+
+    def _is_identity_copy(self, dst, src):
+        """copy(dst, src) is src's value itself: same dtype, same static shape."""
+        if not (isinstance(src, torch.fx.Node) and isinstance(self.env.get(src), _C.GraphValue)):
+            return False
+        va, vb = dst.meta.get("val"), src.meta.get("val")
+        return (isinstance(va, torch.Tensor) and isinstance(vb, torch.Tensor) and va.dtype == vb.dtype
+                and all(isinstance(x, int) for x in (*va.shape, *vb.shape)) and tuple(va.shape) == tuple(vb.shape))
 
     def _sym_value(self, node, sym):
         """A size-like value (x.size(d), sym_max, comparisons): an int once the

@@ -43,6 +43,7 @@ void tpu_graph_destroy(tpu_graph_t* g) {
   free(g->input_kinds);
   free(g->outputs);
   free(g->alias_input);
+  free(g->result_of);
   free(g);
 }
 
@@ -182,9 +183,17 @@ tpu_status_t* tpu_graph_set_outputs(tpu_graph_t* g, int n, const int32_t* values
                         values[i]);
   g->outputs = malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
   g->alias_input = malloc(sizeof(int) * (size_t)(n ? n : 1));
-  if (!g->outputs || !g->alias_input) return TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "graph: out of host memory");
+  g->result_of = malloc(sizeof(int) * (size_t)(n ? n : 1));
+  if (!g->outputs || !g->alias_input || !g->result_of)
+    return TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "graph: out of host memory");
   if (n) memcpy(g->outputs, values, sizeof(int32_t) * (size_t)n);
-  for (int i = 0; i < n; ++i) g->alias_input[i] = -1;
+  g->nresults = 0;
+  for (int i = 0; i < n; ++i) {
+    g->alias_input[i] = -1;
+    int same = 0;
+    while (same < i && values[same] != values[i]) ++same; /* quadratic, over outputs only */
+    g->result_of[i] = same < i ? g->result_of[same] : g->nresults++;
+  }
   g->noutputs = n;
   g->sealed = true;
   return NULL;

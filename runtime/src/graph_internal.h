@@ -28,7 +28,10 @@ struct tpu_graph {
   int32_t nvalues;
   int32_t* outputs;
   int* alias_input; /* per output: the tensor input it is written into, or -1 */
-  int noutputs;
+  /* Per output: the program result that holds it. Outputs naming the same value
+   * share one result (computed once, one buffer); nresults distinct ones. */
+  int* result_of;
+  int noutputs, nresults;
   bool sealed;
   /* Programs lowered from this graph so far (one per set of input layouts);
    * written under the caller's serialisation of runs, like the builder. */

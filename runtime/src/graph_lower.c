@@ -42,17 +42,19 @@ static tpu_val_t tpu_graph_input(tpu_builder_t* b, tpu_op_t* op, int i) {
  * launch (exec.c), when nothing else holds the buffer. */
 static void tpu_graph_mark_donations(tpu_builder_t* b, tpu_op_t* op, const tpu_graph_t* g, const tpu_val_t* outs) {
   for (int k = 0; k < g->noutputs; ++k) {
-    int in = g->alias_input[k];
+    int in = g->alias_input[k], r = g->result_of[k];
     int vi = in < 0 ? -1 : tpu_op_view_index(op, in, -1);
     if (vi < 0 || op->views[vi].mode != TPU_VIEW_FULL || op->buffer_vals[vi] == TPU_NOVAL) continue;
-    tpu_aval_t ia = tpu_op_aval(op, in), oa = *tpu_b_aval(b, outs[k]);
+    tpu_aval_t ia = tpu_op_aval(op, in), oa = *tpu_b_aval(b, outs[r]);
     if (!tpu_aval_equal(&ia, &oa) || !tpu_aval_equal(&op->views[vi].buffer_aval, &oa)) continue;
-    for (int p = 0; p < op->nparams; ++p) {
+    bool taken = false; /* one parameter per result (two inputs written with one value) */
+    for (int p = 0; p < op->nparams && !taken; ++p) taken = op->params[p].donate_to == r + 1;
+    for (int p = 0; p < op->nparams && !taken; ++p) {
       tpu_param_src_t* src = &op->params[p];
       if (src->kind == TPU_PARAM_BUFFER && src->arg == in && src->item < 0 && src->donate_to == 0) {
-        src->donate_to = k + 1;
-        tpu_b_param_alias(b, p, k);
-        break;
+        src->donate_to = r + 1;
+        tpu_b_param_alias(b, p, r);
+        taken = true;
       }
     }
   }
@@ -62,7 +64,7 @@ static tpu_status_t* tpu_graph_lower(tpu_builder_t* b, tpu_op_t* op, int max_out
                                      int* out_nouts) {
   const tpu_graph_t* g = op->program;
   *out_nouts = 0;
-  if (g->noutputs > max_outs) return TPU_STATUS(TPU_INTERNAL, "graph: %d outputs, room for %d", g->noutputs, max_outs);
+  if (g->nresults > max_outs) return TPU_STATUS(TPU_INTERNAL, "graph: %d results, room for %d", g->nresults, max_outs);
   tpu_val_t* vals = malloc(sizeof(tpu_val_t) * (size_t)(g->nvalues ? g->nvalues : 1));
   if (!vals) return TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "graph: out of host memory");
   for (int32_t v = 0; v < g->nvalues; ++v) vals[v] = TPU_NOVAL;
@@ -75,9 +77,9 @@ static tpu_status_t* tpu_graph_lower(tpu_builder_t* b, tpu_op_t* op, int max_out
     if (st) st = tpu_status_annotate(st, "op %d of the graph, aten::%s%s%s", k, n->name, *n->overload ? "." : "",
                                      n->overload);
   }
-  for (int k = 0; k < g->noutputs && !st; ++k) outs[k] = vals[g->outputs[k]];
+  for (int k = 0; k < g->noutputs && !st; ++k) outs[g->result_of[k]] = vals[g->outputs[k]];
   if (!st) tpu_graph_mark_donations(b, op, g, outs);
-  if (!st) *out_nouts = g->noutputs;
+  if (!st) *out_nouts = g->nresults;
   free(vals);
   if (!st) {
     tpu_graph_t* counted = (tpu_graph_t*)op->program; /* graphs are created mutable; the op holds them const */
@@ -99,6 +101,44 @@ static tpu_status_t* tpu_graph_check_inputs(const tpu_graph_t* g, const tpu_arg_
                         inputs[i].kind == TPU_ARG_TENSOR ? "tensor" : "non-tensor",
                         g->input_kinds[i] == TPU_ARG_TENSOR ? "tensor" : "scalar");
   return NULL;
+}
+
+/* Output k is the first to name its result (results are numbered in the order
+ * the outputs first name them). */
+static void tpu_graph_first_outputs(const tpu_graph_t* g, bool* first) {
+  int next = 0;
+  for (int k = 0; k < g->noutputs; ++k) {
+    first[k] = g->result_of[k] == next;
+    next += first[k];
+  }
+}
+
+/* Spreads the program's results rs[0, nresults) over the graph's outputs. An
+ * output repeating an earlier one's value is its own storage sharing that
+ * buffer, as a clone would be. On failure every storage is released. */
+static tpu_status_t* tpu_graph_spread_results(const tpu_graph_t* g, int device, tpu_result_t* rs) {
+  if (g->nresults == g->noutputs) return NULL; /* result_of is the identity */
+  tpu_result_t* out = malloc(sizeof(*out) * (size_t)g->noutputs);
+  bool* first = malloc(sizeof(bool) * (size_t)g->noutputs);
+  tpu_status_t* st = out && first ? NULL : TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "graph: out of host memory");
+  if (!st) tpu_graph_first_outputs(g, first);
+  int k = 0;
+  for (; k < g->noutputs && !st; ++k) {
+    out[k] = rs[g->result_of[k]];
+    if (first[k]) continue;
+    st = tpu_storage_create(device, tpu_storage_nbytes(out[k].storage), &out[k].storage);
+    if (!st) tpu_storage_assign(out[k].storage, rs[g->result_of[k]].storage);
+  }
+  if (st) {
+    for (int j = 0; out && first && j < k - 1; ++j)
+      if (!first[j]) tpu_storage_release(out[j].storage);
+    for (int r = 0; r < g->nresults; ++r) tpu_storage_release(rs[r].storage);
+  } else {
+    memcpy(rs, out, sizeof(*out) * (size_t)g->noutputs);
+  }
+  free(out);
+  free(first);
+  return st;
 }
 
 /* Writes aliased outputs into their inputs (the in-place updates). */
@@ -128,9 +168,10 @@ tpu_status_t* tpu_graph_run(const tpu_graph_t* g, int device, const tpu_arg_t* i
                                           g->noutputs, bufs, &n);
   if (!st) st = tpu_op_results(device, 0, bufs, n, NULL, out_results); /* releases them itself on error */
   free(bufs);
+  if (!st) st = tpu_graph_spread_results(g, device, out_results);
   if (!st && (st = tpu_graph_write_back(g, inputs, out_results)) != NULL)
-    for (int k = 0; k < n; ++k) tpu_storage_release(out_results[k].storage);
-  if (!st) *out_nresults = n;
+    for (int k = 0; k < g->noutputs; ++k) tpu_storage_release(out_results[k].storage);
+  if (!st) *out_nresults = g->noutputs;
   tpu_metric_add(TPU_METRIC_GRAPH_RUNS, 1);
   return st;
 }

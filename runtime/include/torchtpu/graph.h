@@ -41,7 +41,9 @@ tpu_status_t* tpu_graph_add_input(tpu_graph_t* g, tpu_arg_kind_t kind, int32_t* 
  * linspace ...) take that form's arguments plus the result dtype last. */
 tpu_status_t* tpu_graph_apply(tpu_graph_t* g, const char* name, const char* overload, const tpu_arg_t* args,
                               int nargs, int nresults, int32_t* out_first);
-/* The program's results, in order (an input may be one). Seals the graph. */
+/* The program's results, in order (an input may be one). Seals the graph.
+ * Outputs naming the same value are computed once: a run returns each as its own
+ * storage, sharing one buffer (as a clone does until either is written). */
 tpu_status_t* tpu_graph_set_outputs(tpu_graph_t* g, int n, const int32_t* values);
 /* After each run, output `output` is also written into tensor input `input`
  * (an in-place update: parameters, optimizer state, running statistics). The
