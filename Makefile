@@ -22,7 +22,7 @@ BIND_HDRS := $(wildcard torchtpu/csrc/*.h)
 BIND_OBJS := $(patsubst torchtpu/csrc/%.cpp,$(BUILD)/bind/%.o,$(BIND_SRCS))
 BIND_SO := torchtpu/_C.so
 
-.PHONY: all setup runtime binding run test test-modes ctest pytest sanitize bench bench-quick bench-peers conformance models models-sweep wheel package-check clean
+.PHONY: all setup runtime binding run test test-modes ctest pytest sanitize bench bench-quick bench-peers test-ray conformance models models-sweep wheel package-check clean
 
 all: $(BIND_SO)
 
@@ -117,6 +117,20 @@ $(PEERS_STAMP): requirements-peers.txt
 	touch $@
 bench-peers: $(PEERS_STAMP)
 	PJRT_DEVICE=CPU $(PEERS_VENV)/bin/python bench/peers.py $(PEERS_ARGS)
+
+# Ray Train's TorchTrainer running DDP on tpu with 2 workers (examples/ray_train_ddp.py).
+# Ray lives in .venv-ray, which sees .venv's packages (torch, torchtpu) through a .pth
+# file; never part of `make test`.
+RAY_VENV := .venv-ray
+RAY_STAMP := $(RAY_VENV)/.ray-deps-installed
+$(RAY_STAMP): requirements-ray.txt $(STAMP)
+	test -x $(RAY_VENV)/bin/python || $(PYTHON) -m venv $(RAY_VENV)
+	$(RAY_VENV)/bin/python -c "import site, os, sys; open(os.path.join(site.getsitepackages()[0], 'torchtpu-venv.pth'), 'w').write(sys.argv[1] + '\\n' + os.getcwd() + '\\n')" \
+	  "$$($(VPY) -c 'import site; print(site.getsitepackages()[0])')"
+	$(RAY_VENV)/bin/python -m pip install -q --disable-pip-version-check -r requirements-ray.txt
+	touch $@
+test-ray: $(RAY_STAMP) $(BIND_SO)
+	$(RAY_VENV)/bin/python examples/ray_train_ddp.py
 
 conformance: $(STAMP) $(BIND_SO)
 	$(VPY) tests/conformance/run_opinfo.py --all --report reports

@@ -19,6 +19,15 @@ atexit.register(shutil.rmtree, _CACHE_DIR, ignore_errors=True)
 import torchtpu  # noqa: E402,F401  (registers the "tpu" device)
 
 
+@pytest.fixture
+def fresh_dynamo():
+    """Dynamo's caches emptied before and after a test, so compiles and recompiles
+    counted in it are its own (test files of torch.compile use it for every test)."""
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)

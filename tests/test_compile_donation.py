@@ -22,11 +22,7 @@ FUSED = torchtpu.get_eager_mode() == "fused"
 MIB = 1 << 20
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 def _donated():

@@ -20,11 +20,7 @@ import torchtpu
 _KEYS = ("graph_compiles", "graph_recompiles", "graph_fallbacks", "graph_runs")
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 def _counts():

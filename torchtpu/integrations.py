@@ -10,6 +10,9 @@ Installed by ``import torchtpu`` (docs/integrations.md says what works):
   batches on tpu as they would on cuda. ``cpu=True`` / ``use_cpu=True`` still mean
   cpu. The hook is applied when ``accelerate.state`` is imported (or at once if it
   already is), so ``import torchtpu`` does not import accelerate.
+* Ray Train: a worker without GPUs trains on tpu when one is present (its
+  device manager's device, and its process group "cpu:gloo,tpu:tpu" instead of
+  "gloo"), so ``TorchTrainer`` with ``prepare_model`` runs DDP on tpu.
 * torch.compile: the ``"tpu"`` Dynamo backend (torchtpu/compile.py), registered
   when Dynamo's backend registry is imported.
 
@@ -101,10 +104,54 @@ def _register_dynamo_backend(module) -> None:
     module.register_backend(compiler_fn=tpu, name="tpu")
 
 
+# ---- Ray Train ----
+
+
+def _patch_ray_cpu_device_manager(module) -> None:
+    """A Ray Train worker without GPUs gets the CPU device manager, whose device is
+    cpu, so ``ray.train.torch.get_device()``, ``prepare_model`` and
+    ``prepare_data_loader`` would put model and batches there. With a tpu present
+    its device is tpu (as accelerate's default above); ``prepare_model`` then wraps
+    DDP with ``device_ids=[tpu:i]``, as it does for cuda."""
+    cls = module.CPUTorchDeviceManager
+    original = cls.get_devices
+    if getattr(original, "_torchtpu", False):
+        return
+
+    def get_devices(self):
+        devices = original(self)
+        if devices == [torch.device("cpu")] and torch.tpu.is_available():
+            return [torch.device("tpu", torch.tpu.current_device())]
+        return devices
+
+    get_devices._torchtpu = True
+    get_devices.__doc__ = original.__doc__
+    cls.get_devices = get_devices
+
+
+def _patch_ray_torch_config(module) -> None:
+    """Ray Train picks "gloo" for workers without GPUs, a group for cpu tensors
+    only. In a worker with a tpu the group is "cpu:gloo,tpu:tpu", so DDP's
+    collectives on tpu tensors have a backend (the worker runs this function)."""
+    original = getattr(module, "_setup_torch_process_group", None)
+    if original is None or getattr(original, "_torchtpu", False):
+        return
+
+    def setup(backend, *args, **kwargs):
+        if backend == "gloo" and torch.tpu.is_available():
+            backend = "cpu:gloo,tpu:tpu"
+        return original(backend, *args, **kwargs)
+
+    setup._torchtpu = True
+    module._setup_torch_process_group = setup
+
+
 # ---- installation ----
 
 _PATCHES = {"accelerate.state": _patch_accelerate_state,
-            "torch._dynamo.backends.registry": _register_dynamo_backend}
+            "torch._dynamo.backends.registry": _register_dynamo_backend,
+            "ray.air._internal.device_manager.cpu": _patch_ray_cpu_device_manager,
+            "ray.train.torch.config": _patch_ray_torch_config}
 
 
 def install() -> None:
