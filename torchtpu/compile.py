@@ -494,9 +494,60 @@ class _PerSizes:
         return prog
 
 
-def compile_graph(gm: torch.fx.GraphModule, example_inputs):
+# Functional collectives (DTensor, FSDP2, funcol under torch.compile): a program cannot
+# hold them while collectives go through the host path (docs/distributed.md).
+_COLLECTIVE_NAMESPACES = ("_c10d_functional", "c10d_functional", "_dtensor")
+
+
+def _is_collective(node) -> bool:
+    t = node.target
+    return node.op == "call_function" and isinstance(t, torch._ops.OpOverload) and t.namespace in _COLLECTIVE_NAMESPACES
+
+
+class _Unboxed(torch.nn.Module):
+    """A boxed compiled piece called as split_module's base graph calls a submodule."""
+
+    def __init__(self, boxed):
+        super().__init__()
+        self.boxed = boxed
+
+    def forward(self, *args):
+        return tuple(self.boxed(list(args)))
+
+
+def _compile_around_collectives(gm, example_inputs):
+    """The graph cut at its collectives: each run of other ops between them is
+    compiled as a graph of its own (one program), and the collectives run as eager
+    ops in between, through the process group's backend."""
+    from torch.fx.passes.split_module import split_module
+    part, last = [-1], [None]
+
+    def piece(node):
+        kind = _is_collective(node)
+        if kind != last[0]:
+            part[0], last[0] = part[0] + 1, kind
+        return part[0]
+
+    split = split_module(gm, gm, piece, keep_original_order=True, keep_original_node_name=True, tuple_return=True)
+    examples = {n.name: n.meta.get("val") for n in gm.graph.nodes}
+    examples.update((n.name, ex) for n, ex in zip((n for n in gm.graph.nodes if n.op == "placeholder"), example_inputs))
+    for node in split.graph.nodes:
+        if node.op != "call_module":
+            continue
+        sub = getattr(split, node.target)
+        if any(_is_collective(n) for n in sub.graph.nodes):
+            continue  # runs as eager ops
+        sub_examples = [examples.get(n.name) for n in sub.graph.nodes if n.op == "placeholder"]
+        setattr(split, node.target, _Unboxed(compile_graph(sub, sub_examples, count=False)))
+    from torch._functorch.aot_autograd import make_boxed_func
+    return make_boxed_func(split.forward)
+
+
+def compile_graph(gm: torch.fx.GraphModule, example_inputs, count=True):
     """AOTAutograd's forward/backward compiler: an FX graph → a boxed callable."""
-    _STATS["graphs"] += 1
+    _STATS["graphs"] += count
+    if any(_is_collective(n) for n in gm.graph.nodes):
+        return _compile_around_collectives(gm, example_inputs)
     symbolic = any(_symbolic(ex) for ex in example_inputs)
     try:
         program = _Program(gm, example_inputs)

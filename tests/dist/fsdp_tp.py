@@ -72,6 +72,7 @@ def main():
     mesh = init_device_mesh("tpu", (n,))
     dtensor(n, mesh)
     llama_block(r, n, mesh)
+    llama_block(r, n, mesh, compiled=True)
     dist.destroy_process_group()
     print(f"rank {r}/{n}: FSDP2 and DTensor OK", flush=True)
 

@@ -1,6 +1,7 @@
 """Tensor parallel on a Llama-shaped block (RMSNorm, attention with q/k/v/o
 projections, SwiGLU MLP) with ColwiseParallel, RowwiseParallel and SequenceParallel on
-tpu: outputs and gradients equal to the unsharded block on CPU within 1e-5. Run by
+tpu, eager and under torch.compile: outputs and gradients equal to the unsharded block on
+CPU within 1e-5. Run by
 tests/dist/fsdp_tp.py under torchrun."""
 import copy
 
@@ -48,7 +49,10 @@ class Block(torch.nn.Module):
         return x + self.mlp(self.mlp_norm(x))
 
 
-def llama_block(r, n, mesh):
+def llama_block(r, n, mesh, compiled=False):
+    """compiled: the block under torch.compile(backend="tpu"). Its forward and backward
+    graphs hold DTensor's functional collectives; each is cut at them into programs, with
+    the collectives run in between (docs/compile.md), and no graph falls back to eager."""
     torch.manual_seed(0)
     ref = Block()
     tp = copy.deepcopy(ref).to("tpu")
@@ -63,8 +67,13 @@ def llama_block(r, n, mesh):
     })
     x = torch.randn(2, SEQ, DIM, generator=torch.Generator().manual_seed(1))
     local = x[:, r * SEQ // n:(r + 1) * SEQ // n].to("tpu")  # sequence-sharded activations
-    y = tp(local)
+    m0 = torchtpu.metrics()
+    y = (torch.compile(tp, backend="tpu") if compiled else tp)(local)
     y.square().sum().backward()
+    if compiled:
+        m1 = torchtpu.metrics()
+        assert m1["graph_fallbacks"] == m0["graph_fallbacks"], "a graph ran as eager ops"
+        assert m1["graph_runs"] - m0["graph_runs"] >= 4, m1["graph_runs"] - m0["graph_runs"]  # pieces of fw and bw
     yr = ref(x)
     yr.square().sum().backward()
     torch.testing.assert_close(y.cpu(), yr.detach()[:, r * SEQ // n:(r + 1) * SEQ // n], rtol=1e-5, atol=1e-5)
