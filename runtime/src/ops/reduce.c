@@ -806,6 +806,32 @@ static void tpu_scan_logaddexp(tpu_builder_t* b, const tpu_val_t* e, const tpu_v
   out[0] = tpu_b_select(b, same_inf, mx, r);
 }
 
+/* logaddexp of compensated pairs (hi, lo), float32 logcumsumexp: the running
+ * value keeps what rounding at its magnitude drops (an ulp of 1e4 is 1e-3, more
+ * than log1p's whole contribution of a term 8 below it), so the scan's log2(n)
+ * levels round once, at the end. The larger hi leads; its lo and the smaller's
+ * enter the difference, and hi + log1p(exp(d)) is a TwoSum. Equal infinities
+ * and a non-finite sum carry no correction. */
+static void tpu_scan_logaddexp_pair(tpu_builder_t* b, const tpu_val_t* e, const tpu_val_t* l, tpu_val_t* out,
+                                    const void* ctx) {
+  (void)ctx;
+  tpu_val_t take = tpu_b_compare(b, "GE", l[0], e[0]);
+  tpu_val_t mx[2] = {tpu_b_select(b, take, l[0], e[0]), tpu_b_select(b, take, l[1], e[1])};
+  tpu_val_t mnh = tpu_b_select(b, take, e[0], l[0]), mnl = tpu_b_select(b, take, e[1], l[1]);
+  tpu_val_t d = tpu_b_binary(b, "stablehlo.add", tpu_b_binary(b, "stablehlo.subtract", mnh, mx[0]),
+                             tpu_b_binary(b, "stablehlo.subtract", mnl, mx[1]));
+  tpu_val_t t[2] = {tpu_b_unary(b, "stablehlo.log_plus_one", tpu_b_unary(b, "stablehlo.exponential", d)),
+                    tpu_red_like(b, d, 0.0)};
+  tpu_val_t r[2];
+  tpu_red_twosum(b, mx, t, r);
+  tpu_val_t same_inf = tpu_b_binary(b, "stablehlo.and", tpu_b_compare(b, "EQ", mnh, mx[0]),
+                                    tpu_b_unary(b, "stablehlo.not", tpu_b_unary(b, "stablehlo.is_finite", mnh)));
+  tpu_val_t zero = tpu_red_like(b, d, 0.0);
+  out[0] = tpu_b_select(b, same_inf, mx[0], r[0]);
+  out[1] = tpu_b_select(b, tpu_b_unary(b, "stablehlo.is_finite", out[0]), r[1], zero);
+  out[1] = tpu_b_select(b, same_inf, zero, out[1]);
+}
+
 /* cummax/cummin pairs (value, index). In the doubling scan `later` always covers
  * larger indices than `earlier` (whose padding has index -1), so ties and
  * repeated NaNs take `later`: PyTorch's rule (NaN sticks, ties move to the latest
@@ -862,7 +888,13 @@ static tpu_status_t* tpu_lower_logcumsumexp(tpu_builder_t* b, tpu_op_t* op, int 
   tpu_dtype_t ct = tpu_dtype_opmath(in.dtype);
   tpu_val_t x = tpu_b_convert(b, tpu_op_tensor(b, op, 0), ct);
   tpu_val_t ident = tpu_b_const(b, ct, -INFINITY);
-  tpu_red_scan(b, 1, &x, &ident, dim, tpu_scan_logaddexp, NULL);
+  if (ct == TPU_F32 && in.rank > 0) {
+    tpu_val_t v[2] = {x, tpu_red_like(b, x, 0.0)}, idents[2] = {ident, tpu_b_const(b, ct, 0.0)};
+    tpu_red_scan(b, 2, v, idents, dim, tpu_scan_logaddexp_pair, NULL);
+    tpu_red_pair_value(b, v[0], v[1], &x, NULL);
+  } else {
+    tpu_red_scan(b, 1, &x, &ident, dim, tpu_scan_logaddexp, NULL);
+  }
   return tpu_ops_result1(tpu_b_convert(b, x, in.dtype), outs, nouts);
 }
 
