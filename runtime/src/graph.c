@@ -44,6 +44,7 @@ void tpu_graph_destroy(tpu_graph_t* g) {
   free(g->outputs);
   free(g->alias_input);
   free(g->result_of);
+  free(g->repeats);
   free(g);
 }
 
@@ -184,7 +185,8 @@ tpu_status_t* tpu_graph_set_outputs(tpu_graph_t* g, int n, const int32_t* values
   g->outputs = malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
   g->alias_input = malloc(sizeof(int) * (size_t)(n ? n : 1));
   g->result_of = malloc(sizeof(int) * (size_t)(n ? n : 1));
-  if (!g->outputs || !g->alias_input || !g->result_of)
+  g->repeats = malloc(sizeof(bool) * (size_t)(n ? n : 1));
+  if (!g->outputs || !g->alias_input || !g->result_of || !g->repeats)
     return TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "graph: out of host memory");
   if (n) memcpy(g->outputs, values, sizeof(int32_t) * (size_t)n);
   g->nresults = 0;
@@ -192,6 +194,7 @@ tpu_status_t* tpu_graph_set_outputs(tpu_graph_t* g, int n, const int32_t* values
     g->alias_input[i] = -1;
     int same = 0;
     while (same < i && values[same] != values[i]) ++same; /* quadratic, over outputs only */
+    g->repeats[i] = same < i;
     g->result_of[i] = same < i ? g->result_of[same] : g->nresults++;
   }
   g->noutputs = n;

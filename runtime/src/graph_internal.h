@@ -31,6 +31,7 @@ struct tpu_graph {
   /* Per output: the program result that holds it. Outputs naming the same value
    * share one result (computed once, one buffer); nresults distinct ones. */
   int* result_of;
+  bool* repeats; /* per output: an earlier output names the same value */
   int noutputs, nresults;
   bool sealed;
   /* Programs lowered from this graph so far (one per set of input layouts);

@@ -103,41 +103,28 @@ static tpu_status_t* tpu_graph_check_inputs(const tpu_graph_t* g, const tpu_arg_
   return NULL;
 }
 
-/* Output k is the first to name its result (results are numbered in the order
- * the outputs first name them). */
-static void tpu_graph_first_outputs(const tpu_graph_t* g, bool* first) {
-  int next = 0;
-  for (int k = 0; k < g->noutputs; ++k) {
-    first[k] = g->result_of[k] == next;
-    next += first[k];
-  }
-}
-
 /* Spreads the program's results rs[0, nresults) over the graph's outputs. An
  * output repeating an earlier one's value is its own storage sharing that
  * buffer, as a clone would be. On failure every storage is released. */
 static tpu_status_t* tpu_graph_spread_results(const tpu_graph_t* g, int device, tpu_result_t* rs) {
   if (g->nresults == g->noutputs) return NULL; /* result_of is the identity */
   tpu_result_t* out = malloc(sizeof(*out) * (size_t)g->noutputs);
-  bool* first = malloc(sizeof(bool) * (size_t)g->noutputs);
-  tpu_status_t* st = out && first ? NULL : TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "graph: out of host memory");
-  if (!st) tpu_graph_first_outputs(g, first);
+  tpu_status_t* st = out ? NULL : TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "graph: out of host memory");
   int k = 0;
   for (; k < g->noutputs && !st; ++k) {
     out[k] = rs[g->result_of[k]];
-    if (first[k]) continue;
+    if (!g->repeats[k]) continue;
     st = tpu_storage_create(device, tpu_storage_nbytes(out[k].storage), &out[k].storage);
     if (!st) tpu_storage_assign(out[k].storage, rs[g->result_of[k]].storage);
   }
   if (st) {
-    for (int j = 0; out && first && j < k - 1; ++j)
-      if (!first[j]) tpu_storage_release(out[j].storage);
+    for (int j = 0; out && j < k - 1; ++j)
+      if (g->repeats[j]) tpu_storage_release(out[j].storage);
     for (int r = 0; r < g->nresults; ++r) tpu_storage_release(rs[r].storage);
   } else {
     memcpy(rs, out, sizeof(*out) * (size_t)g->noutputs);
   }
   free(out);
-  free(first);
   return st;
 }
 

@@ -233,6 +233,18 @@ tpu_status_t* tpu_tensor_copy(const tpu_tensor_t* dst, const tpu_tensor_t* src) 
   return NULL;
 }
 
+/* An upload in `dtype` whose buffer can become dst's storage as it is. */
+static bool tpu_tensor_takes_whole(const tpu_tensor_t* dst, tpu_dtype_t dtype) {
+  return dtype == dst->dtype && tpu_tensor_covers_storage(dst);
+}
+
+/* dst's storage adopts `buf` (consumed). */
+static tpu_status_t* tpu_tensor_adopt(const tpu_tensor_t* dst, tpu_buffer_t* buf) {
+  tpu_storage_set_buffer(dst->storage, buf, tpu_storage_nbytes(dst->storage));
+  tpu_buffer_release(buf);
+  return NULL;
+}
+
 tpu_status_t* tpu_tensor_upload(const tpu_tensor_t* dst, const void* host, tpu_dtype_t host_dtype) {
   TPU_RETURN_IF_ERROR(tpu_check_tensor(dst, "upload"));
   if (!tpu_dtype_valid((int)host_dtype)) return TPU_STATUS(TPU_INVALID_ARGUMENT, "upload: invalid host dtype");
@@ -241,11 +253,7 @@ tpu_status_t* tpu_tensor_upload(const tpu_tensor_t* dst, const void* host, tpu_d
   tpu_aval_t a = tpu_aval_make(host_dtype, dst->rank, dst->sizes);
   tpu_buffer_t* buf = NULL;
   TPU_RETURN_IF_ERROR(tpu_buffer_from_host(device, host, &a, &buf));
-  if (host_dtype == dst->dtype && tpu_tensor_covers_storage(dst)) {
-    tpu_storage_set_buffer(dst->storage, buf, tpu_storage_nbytes(dst->storage));
-    tpu_buffer_release(buf);
-    return NULL;
-  }
+  if (tpu_tensor_takes_whole(dst, host_dtype)) return tpu_tensor_adopt(dst, buf);
   tpu_storage_t* tmp = NULL;
   tpu_status_t* st = tpu_storage_create(device, tpu_buffer_nbytes(buf), &tmp);
   if (!st) {
@@ -262,7 +270,7 @@ tpu_status_t* tpu_tensor_upload_block(const tpu_tensor_t* dst, void* block, tpu_
   if (!block) return TPU_STATUS(TPU_INVALID_ARGUMENT, "upload: host block is NULL");
   tpu_status_t* st = tpu_check_tensor(dst, "upload");
   if (!st && !tpu_dtype_valid((int)host_dtype)) st = TPU_STATUS(TPU_INVALID_ARGUMENT, "upload: invalid host dtype");
-  if (st || host_dtype != dst->dtype || !tpu_tensor_covers_storage(dst) || tpu_tensor_numel(dst) == 0) {
+  if (st || !tpu_tensor_takes_whole(dst, host_dtype) || tpu_tensor_numel(dst) == 0) {
     if (!st) st = tpu_tensor_upload(dst, block, host_dtype); /* a copy: the block is free again after it */
     tpu_host_block_release(block);
     return st;
@@ -270,9 +278,7 @@ tpu_status_t* tpu_tensor_upload_block(const tpu_tensor_t* dst, void* block, tpu_
   tpu_aval_t a = tpu_aval_make(host_dtype, dst->rank, dst->sizes);
   tpu_buffer_t* buf = NULL;
   TPU_RETURN_IF_ERROR(tpu_buffer_from_block(tpu_storage_device(dst->storage), block, &a, &buf));
-  tpu_storage_set_buffer(dst->storage, buf, tpu_storage_nbytes(dst->storage));
-  tpu_buffer_release(buf);
-  return NULL;
+  return tpu_tensor_adopt(dst, buf);
 }
 
 static tpu_status_t* tpu_tensor_download_data(const tpu_tensor_t* src, void* host, size_t host_nbytes) {
