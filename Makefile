@@ -22,7 +22,7 @@ BIND_HDRS := $(wildcard torchtpu/csrc/*.h)
 BIND_OBJS := $(patsubst torchtpu/csrc/%.cpp,$(BUILD)/bind/%.o,$(BIND_SRCS))
 BIND_SO := torchtpu/_C.so
 
-.PHONY: all setup runtime binding run test test-modes ctest pytest sanitize bench bench-quick bench-peers test-ray conformance models models-sweep wheel package-check clean
+.PHONY: all setup runtime binding run test test-modes ctest pytest sanitize bench bench-quick bench-peers test-ray test-titan conformance models models-sweep wheel package-check clean
 
 all: $(BIND_SO)
 
@@ -118,19 +118,24 @@ $(PEERS_STAMP): requirements-peers.txt
 bench-peers: $(PEERS_STAMP)
 	PJRT_DEVICE=CPU $(PEERS_VENV)/bin/python bench/peers.py $(PEERS_ARGS)
 
-# Ray Train's TorchTrainer running DDP on tpu with 2 workers (examples/ray_train_ddp.py).
-# Ray lives in .venv-ray, which sees .venv's packages (torch, torchtpu) through a .pth
+# Training stacks that run on tpu, each in a venv of its own (.venv-<name>, from
+# requirements-<name>.txt) that sees .venv's packages (torch, torchtpu) through a .pth
 # file; never part of `make test`.
-RAY_VENV := .venv-ray
-RAY_STAMP := $(RAY_VENV)/.ray-deps-installed
-$(RAY_STAMP): requirements-ray.txt $(STAMP)
-	test -x $(RAY_VENV)/bin/python || $(PYTHON) -m venv $(RAY_VENV)
-	$(RAY_VENV)/bin/python -c "import site, os, sys; open(os.path.join(site.getsitepackages()[0], 'torchtpu-venv.pth'), 'w').write(sys.argv[1] + '\\n' + os.getcwd() + '\\n')" \
+.venv-%/.stack-deps-installed: requirements-%.txt $(STAMP)
+	test -x .venv-$*/bin/python || $(PYTHON) -m venv .venv-$*
+	.venv-$*/bin/python -c "import site, os, sys; open(os.path.join(site.getsitepackages()[0], 'torchtpu-venv.pth'), 'w').write(sys.argv[1] + '\\n' + os.getcwd() + '\\n')" \
 	  "$$($(VPY) -c 'import site; print(site.getsitepackages()[0])')"
-	$(RAY_VENV)/bin/python -m pip install -q --disable-pip-version-check -r requirements-ray.txt
+	.venv-$*/bin/python -m pip install -q --disable-pip-version-check -r $<
 	touch $@
-test-ray: $(RAY_STAMP) $(BIND_SO)
-	$(RAY_VENV)/bin/python examples/ray_train_ddp.py
+
+# Ray Train's TorchTrainer running DDP on tpu with 2 workers (examples/ray_train_ddp.py).
+test-ray: .venv-ray/.stack-deps-installed $(BIND_SO)
+	.venv-ray/bin/python examples/ray_train_ddp.py
+
+# TorchTitan's Llama debug model, FSDP2 on 2 processes, 20 steps, against CPU/gloo
+# (examples/torchtitan_fsdp.py).
+test-titan: .venv-titan/.stack-deps-installed $(BIND_SO)
+	.venv-titan/bin/python examples/torchtitan_fsdp.py
 
 conformance: $(STAMP) $(BIND_SO)
 	$(VPY) tests/conformance/run_opinfo.py --all --report reports

@@ -64,6 +64,15 @@ def run_all():
     out = torch.zeros(2).to("tpu")
     dist.reduce_scatter_tensor(out, t([float(r)] * (2 * n)), op=dist.ReduceOp.AVG)
     close(out, [ranks.mean().item()] * 2)
+    # PREMUL_SUM (FSDP2's gradient divide factor): sum of factor * x, a Python or a tensor factor
+    for factor in (0.25, torch.tensor(0.25).to("tpu")):
+        inp = t([float(r + 1)] * (2 * n))
+        dist.reduce_scatter_tensor(out, inp, op=dist._make_nccl_premul_sum(factor))
+        close(out, [0.25 * base.sum().item()] * 2)
+        close(inp, [float(r + 1)] * (2 * n))  # the input is left as it was
+        x = t([r + 1.0])
+        dist.all_reduce(x, op=dist._make_nccl_premul_sum(factor))
+        close(x, [0.25 * base.sum().item()])
     # all_to_all_single with uneven splits: rank r sends i+1 values to rank i
     in_splits = [i + 1 for i in range(n)]
     out_splits = [r + 1] * n

@@ -206,7 +206,7 @@ class TpuBackend final : public c10d::Backend {
     WorkPtr w = run_in_lists("reduce_scatter", OpType::REDUCE_SCATTER, outs, ins, [&](Tensors& ho, TensorLists& hi) {
       return host_->reduce_scatter(ho, hi, with_sum(o));
     });
-    finish_avg(o.reduceOp, outs);
+    finish_scale(o.reduceOp, outs);
     return w;
   }
   WorkPtr _reduce_scatter_base(at::Tensor& out, at::Tensor& in, const c10d::ReduceScatterOptions& o) override {
@@ -215,7 +215,7 @@ class TpuBackend final : public c10d::Backend {
     WorkPtr w = run("reduce_scatter_tensor", OpType::_REDUCE_SCATTER_BASE, outs, ins, [&](Tensors& ho, Tensors& hi) {
       return host_->_reduce_scatter_base(ho[0], hi[0], with_sum(o));
     });
-    finish_avg(o.reduceOp, outs);
+    finish_scale(o.reduceOp, outs);
     return w;
   }
   WorkPtr reduce_scatter_tensor_coalesced(Tensors& outs, Tensors& ins,
@@ -225,7 +225,7 @@ class TpuBackend final : public c10d::Backend {
                     [&](Tensors& ho, Tensors& hi) {
                       return host_->reduce_scatter_tensor_coalesced(ho, hi, with_sum(o));
                     });
-    finish_avg(o.reduceOp, outs);
+    finish_scale(o.reduceOp, outs);
     return w;
   }
   WorkPtr alltoall_base(at::Tensor& out, at::Tensor& in, std::vector<int64_t>& out_splits,
@@ -320,21 +320,27 @@ class TpuBackend final : public c10d::Backend {
     return w;
   }
 
-  // gloo has no AVG: a SUM divided by the group size (floating point only, as
-  // an integer average would round). Checked before any data moves, so a bad
-  // call never leaves the peers half-reduced.
+  // gloo has neither AVG nor PREMUL_SUM (NCCL's sum of factor * x, which FSDP2
+  // uses for a gradient divide factor): both run as a SUM whose result is then
+  // scaled, by 1 / group size or by the factor (floating point only, as an
+  // integer average would round). Checked before any data moves, so a bad call
+  // never leaves the peers half-reduced.
+  static bool scaled(const c10d::ReduceOp& op) {
+    return op.op_ == c10d::ReduceOp::AVG || op.op_ == c10d::ReduceOp::PREMUL_SUM;
+  }
   static void check_op(const char* what, const c10d::ReduceOp& op, const Tensors& outputs) {
-    TORCH_CHECK(op.op_ != c10d::ReduceOp::PREMUL_SUM, "tpu c10d backend: ", what,
-                " does not support PREMUL_SUM");
-    if (op.op_ != c10d::ReduceOp::AVG) return;
+    if (!scaled(op)) return;
+    const char* name = op.op_ == c10d::ReduceOp::AVG ? "AVG" : "PREMUL_SUM";
+    TORCH_CHECK(op.op_ != c10d::ReduceOp::PREMUL_SUM || op.supplement_, "tpu c10d backend: ", what,
+                " with ReduceOp.PREMUL_SUM needs a factor");
     for (const at::Tensor& t : outputs) {
       TORCH_CHECK(at::isFloatingType(t.scalar_type()) || at::isComplexType(t.scalar_type()),
-                  "tpu c10d backend: ", what, " with ReduceOp.AVG needs a floating-point tensor, got ",
+                  "tpu c10d backend: ", what, " with ReduceOp.", name, " needs a floating-point tensor, got ",
                   t.scalar_type());
     }
   }
   static c10d::ReduceOp host_op(const c10d::ReduceOp& op) {
-    return op.op_ == c10d::ReduceOp::AVG ? c10d::ReduceOp(c10d::ReduceOp::SUM) : op;
+    return scaled(op) ? c10d::ReduceOp(c10d::ReduceOp::SUM) : op;
   }
   template <typename Opts>
   static Opts with_sum(const Opts& o) {
@@ -342,15 +348,22 @@ class TpuBackend final : public c10d::Backend {
     h.reduceOp = host_op(o.reduceOp);
     return h;
   }
-  void finish_avg(const c10d::ReduceOp& op, Tensors& outs) const {
-    if (op.op_ != c10d::ReduceOp::AVG) return;
-    for (at::Tensor& t : outs) t.div_(getSize());
+  void finish_scale(const c10d::ReduceOp& op, Tensors& outs) const {
+    if (op.op_ == c10d::ReduceOp::AVG) {
+      for (at::Tensor& t : outs) t.div_(getSize());
+    } else if (op.op_ == c10d::ReduceOp::PREMUL_SUM) {
+      const auto* f = static_cast<const c10d::PreMulSumSupplement*>(op.supplement_.get());
+      for (at::Tensor& t : outs) {
+        if (f->tensor_factor.defined()) t.mul_(f->tensor_factor.to(t.device()));
+        else t.mul_(f->double_factor);
+      }
+    }
   }
   WorkPtr reduce_like(const char* what, OpType op, Tensors& ts, const c10d::ReduceOp& rop,
                       const std::function<WorkPtr(Tensors&, const c10d::ReduceOp&)>& call) {
     check_op(what, rop, ts);
     WorkPtr w = run(what, op, ts, ts, [&](Tensors& h, Tensors&) { return call(h, host_op(rop)); });
-    finish_avg(rop, ts);
+    finish_scale(rop, ts);
     return w;
   }
 

@@ -22,6 +22,8 @@ extern const tpu_lowering_t tpu_lowerings_conv_legacy[];
 extern const tpu_lowering_t tpu_lowerings_fractional_pool[];
 /* nn.MultiheadAttention / TransformerEncoderLayer fast paths (nn_transformer.c). */
 extern const tpu_lowering_t tpu_lowerings_nn_transformer[];
+/* FlashAttention's ops (varlen_attn), computed densely (nn_varlen.c). */
+extern const tpu_lowering_t tpu_lowerings_nn_varlen[];
 /* The multi-class margin losses (nn_margin.c). */
 extern const tpu_lowering_t tpu_lowerings_nn_margin[];
 /* SyncBatchNorm's kernels and batch_norm_update_stats (nn_batchnorm_stats.c). */

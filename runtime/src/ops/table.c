@@ -23,6 +23,7 @@ static const tpu_lowering_t* const tpu_families[] = {
     tpu_lowerings_nn_batchnorm_stats,
     tpu_lowerings_fractional_pool,
     tpu_lowerings_nn_transformer,
+    tpu_lowerings_nn_varlen,
     tpu_lowerings_index,
     tpu_lowerings_unique,
     tpu_lowerings_jagged,
