@@ -32,21 +32,29 @@ __all__ = ["install"]
 # ---- accelerate ----
 
 
-def _patch_accelerate_state(module) -> None:
-    state_cls = module.PartialState
-    original = state_cls.default_device
-    if getattr(original.fget, "_torchtpu", False):
+def _replace_once(owner, name: str, wrap) -> None:
+    """Sets ``owner.name`` to ``wrap(original)`` (a property's getter for a property),
+    marked as ours so that a second install leaves it alone; absent: nothing to do."""
+    original = getattr(owner, name, None)
+    getter = original.fget if isinstance(original, property) else original
+    if getter is None or getattr(getter, "_torchtpu", False):
         return
+    replacement = wrap(getter)
+    replacement._torchtpu = True
+    replacement.__doc__ = getter.__doc__
+    setattr(owner, name, property(replacement) if isinstance(original, property) else replacement)
 
-    def default_device(self) -> torch.device:
-        device = original.fget(self)
-        if device.type == "cpu" and torch.tpu.is_available():
-            return torch.device("tpu", torch.tpu.current_device())
-        return device
 
-    default_device._torchtpu = True
-    default_device.__doc__ = original.__doc__
-    state_cls.default_device = property(default_device)
+def _patch_accelerate_state(module) -> None:
+    def wrap(original):
+        def default_device(self) -> torch.device:
+            device = original(self)
+            if device.type == "cpu" and torch.tpu.is_available():
+                return torch.device("tpu", torch.tpu.current_device())
+            return device
+        return default_device
+
+    _replace_once(module.PartialState, "default_device", wrap)
 
 
 class _PatchingLoader(importlib.abc.Loader):
@@ -113,37 +121,29 @@ def _patch_ray_cpu_device_manager(module) -> None:
     ``prepare_data_loader`` would put model and batches there. With a tpu present
     its device is tpu (as accelerate's default above); ``prepare_model`` then wraps
     DDP with ``device_ids=[tpu:i]``, as it does for cuda."""
-    cls = module.CPUTorchDeviceManager
-    original = cls.get_devices
-    if getattr(original, "_torchtpu", False):
-        return
+    def wrap(original):
+        def get_devices(self):
+            devices = original(self)
+            if devices == [torch.device("cpu")] and torch.tpu.is_available():
+                return [torch.device("tpu", torch.tpu.current_device())]
+            return devices
+        return get_devices
 
-    def get_devices(self):
-        devices = original(self)
-        if devices == [torch.device("cpu")] and torch.tpu.is_available():
-            return [torch.device("tpu", torch.tpu.current_device())]
-        return devices
-
-    get_devices._torchtpu = True
-    get_devices.__doc__ = original.__doc__
-    cls.get_devices = get_devices
+    _replace_once(module.CPUTorchDeviceManager, "get_devices", wrap)
 
 
 def _patch_ray_torch_config(module) -> None:
     """Ray Train picks "gloo" for workers without GPUs, a group for cpu tensors
     only. In a worker with a tpu the group is "cpu:gloo,tpu:tpu", so DDP's
     collectives on tpu tensors have a backend (the worker runs this function)."""
-    original = getattr(module, "_setup_torch_process_group", None)
-    if original is None or getattr(original, "_torchtpu", False):
-        return
+    def wrap(original):
+        def setup(backend, *args, **kwargs):
+            if backend == "gloo" and torch.tpu.is_available():
+                backend = "cpu:gloo,tpu:tpu"
+            return original(backend, *args, **kwargs)
+        return setup
 
-    def setup(backend, *args, **kwargs):
-        if backend == "gloo" and torch.tpu.is_available():
-            backend = "cpu:gloo,tpu:tpu"
-        return original(backend, *args, **kwargs)
-
-    setup._torchtpu = True
-    module._setup_torch_process_group = setup
+    _replace_once(module, "_setup_torch_process_group", wrap)
 
 
 # ---- installation ----

@@ -223,13 +223,13 @@ static bool use_hostpool(size_t nbytes) { return nbytes >= TPU_HOSTPOOL_MIN_BYTE
 
 /* A failure of from_host before the block was lent: the block goes back. */
 static tpu_status_t* drop_block(void* block, tpu_status_t* status) {
-  tpu_hostpool_release(block);
+  tpu_host_block_release(block);
   return status;
 }
 
 static void give_back_block(PJRT_Error* error, void* block) {
   if (error) tpu_status_free(tpu_pjrt_status(api_or_null(), error, __FILE__, __LINE__));
-  tpu_hostpool_release(block);
+  tpu_host_block_release(block);
 }
 
 /* The block behind a zero-copy upload returns to the pool when PJRT is done with
@@ -237,7 +237,7 @@ static void give_back_block(PJRT_Error* error, void* block) {
  * set, the buffer is destroyed first, so the block can be given back at once. */
 static tpu_status_t* lend_block(const PJRT_Api* api, PJRT_Event* done, PJRT_Buffer** buffer, void* block) {
   if (!done) { /* nothing pending: the plugin copied during the call */
-    tpu_hostpool_release(block);
+    tpu_host_block_release(block);
     return NULL;
   }
   TPU_PJRT_ARGS(PJRT_Event_OnReady_Args, args, user_arg);
@@ -249,7 +249,7 @@ static tpu_status_t* lend_block(const PJRT_Api* api, PJRT_Event* done, PJRT_Buff
     pjrt_buffer_destroy(api, *buffer);
     *buffer = NULL;
     tpu_status_free(tpu_pjrt_event_await(api, done)); /* destroys it */
-    tpu_hostpool_release(block);
+    tpu_host_block_release(block);
     return status;
   }
   tpu_pjrt_event_destroy(api, done);
@@ -286,7 +286,7 @@ static tpu_status_t* from_host(int device, const void* data, void* block, const 
   args.host_buffer_semantics = PJRT_HostBufferSemantics_ImmutableOnlyDuringCall;
   args.device = pjrt_device;
   if (!block && use_hostpool(nbytes)) {
-    TPU_RETURN_IF_ERROR(tpu_hostpool_acquire(nbytes, &block));
+    TPU_RETURN_IF_ERROR(tpu_host_block_acquire(nbytes, &block));
     memcpy(block, data, nbytes);
   }
   if (block) {
@@ -452,7 +452,7 @@ tpu_status_t* tpu_buffer_from_block(int device, void* block, const tpu_aval_t* a
   if (!block) return TPU_STATUS(TPU_INVALID_ARGUMENT, "host block is NULL");
   if (!plugin_reads_host_memory()) { /* a plugin that copies: the block goes back at once */
     tpu_status_t* status = tpu_buffer_from_host(device, block, aval, out_buffer);
-    tpu_hostpool_release(block);
+    tpu_host_block_release(block);
     return status;
   }
   tpu_trace_range_t range = tpu_trace_begin(TPU_TRACE_H2D, NULL);

@@ -40,7 +40,7 @@ static tpu_hostpool_block_t* take_cached(size_t capacity) {
   return h;
 }
 
-tpu_status_t* tpu_hostpool_acquire(size_t nbytes, void** out_block) {
+tpu_status_t* tpu_host_block_acquire(size_t nbytes, void** out_block) {
   if (!out_block) return TPU_STATUS(TPU_INVALID_ARGUMENT, "hostpool: out_block is NULL");
   *out_block = NULL;
   if (nbytes > SIZE_MAX - TPU_HOSTPOOL_PAGE - TPU_HOSTPOOL_ALIGN)
@@ -57,7 +57,7 @@ tpu_status_t* tpu_hostpool_acquire(size_t nbytes, void** out_block) {
   return NULL;
 }
 
-void tpu_hostpool_release(void* block) {
+void tpu_host_block_release(void* block) {
   if (!block) return;
   tpu_hostpool_block_t* h = header_of(block);
   pthread_mutex_lock(&g_lock);
@@ -91,5 +91,3 @@ size_t tpu_hostpool_cached_bytes(void) {
   return n;
 }
 
-tpu_status_t* tpu_host_block_acquire(size_t nbytes, void** out_block) { return tpu_hostpool_acquire(nbytes, out_block); }
-void tpu_host_block_release(void* block) { tpu_hostpool_release(block); }

@@ -24,6 +24,7 @@
 #include <stddef.h>
 
 #include "torchtpu/status.h"
+#include "torchtpu/tensor.h"
 
 /* Uploads below this size keep PJRT's copying path (small allocations come from
  * the malloc heap, already faulted in). */
@@ -31,12 +32,9 @@
 /* The most free bytes the pool keeps cached. */
 #define TPU_HOSTPOOL_CACHE_BYTES ((size_t)512 << 20)
 
-/* A block of at least nbytes, aligned for any plugin's zero-copy check
- * (TPU_HOSTPOOL_ALIGN). Owned by the caller until tpu_hostpool_release. */
+/* Blocks come from tpu_host_block_acquire and go back by tpu_host_block_release
+ * (public: torchtpu/tensor.h), aligned for any plugin's zero-copy check. */
 #define TPU_HOSTPOOL_ALIGN 256
-tpu_status_t* tpu_hostpool_acquire(size_t nbytes, void** out_block);
-/* Gives a block back (NULL is ignored). Any thread. */
-void tpu_hostpool_release(void* block);
 /* Frees every cached block. */
 void tpu_hostpool_trim(void);
 /* Bytes of cached free blocks (not counting blocks lent out). */

@@ -78,19 +78,19 @@ TEST(memory_bad_arguments) {
 TEST(hostpool_reuses_blocks_and_trims) {
   tpu_hostpool_trim();
   void *a = NULL, *b = NULL, *c = NULL;
-  ASSERT_OK(tpu_hostpool_acquire(3 << 20, &a));
+  ASSERT_OK(tpu_host_block_acquire(3 << 20, &a));
   EXPECT((uintptr_t)a % TPU_HOSTPOOL_ALIGN == 0);
   memset(a, 7, 3 << 20); /* the whole size is usable */
-  tpu_hostpool_release(a);
+  tpu_host_block_release(a);
   EXPECT_EQ_INT((int64_t)tpu_hostpool_cached_bytes(), 3 << 20);
-  ASSERT_OK(tpu_hostpool_acquire((3 << 20) - 100, &b)); /* same page-rounded size: the same block */
+  ASSERT_OK(tpu_host_block_acquire((3 << 20) - 100, &b)); /* same page-rounded size: the same block */
   EXPECT(b == a);
   EXPECT_EQ_INT((int64_t)tpu_hostpool_cached_bytes(), 0);
-  ASSERT_OK(tpu_hostpool_acquire(1 << 20, &c)); /* another size: a new block */
+  ASSERT_OK(tpu_host_block_acquire(1 << 20, &c)); /* another size: a new block */
   EXPECT(c != b);
-  tpu_hostpool_release(b);
-  tpu_hostpool_release(c);
-  tpu_hostpool_release(NULL);
+  tpu_host_block_release(b);
+  tpu_host_block_release(c);
+  tpu_host_block_release(NULL);
   EXPECT_EQ_INT((int64_t)tpu_hostpool_cached_bytes(), (3 << 20) + (1 << 20));
   tpu_memory_empty_cache(); /* frees every cached block */
   EXPECT_EQ_INT((int64_t)tpu_hostpool_cached_bytes(), 0);
@@ -99,11 +99,11 @@ TEST(hostpool_reuses_blocks_and_trims) {
 TEST(hostpool_caps_what_it_keeps) {
   tpu_hostpool_trim();
   void* big = NULL;
-  ASSERT_OK(tpu_hostpool_acquire(TPU_HOSTPOOL_CACHE_BYTES + 4096, &big));
-  tpu_hostpool_release(big); /* over the cap: freed, not kept */
+  ASSERT_OK(tpu_host_block_acquire(TPU_HOSTPOOL_CACHE_BYTES + 4096, &big));
+  tpu_host_block_release(big); /* over the cap: freed, not kept */
   EXPECT_EQ_INT((int64_t)tpu_hostpool_cached_bytes(), 0);
   void* p = NULL;
-  EXPECT_CODE(tpu_hostpool_acquire(SIZE_MAX - 10, &p), TPU_RESOURCE_EXHAUSTED);
+  EXPECT_CODE(tpu_host_block_acquire(SIZE_MAX - 10, &p), TPU_RESOURCE_EXHAUSTED);
   EXPECT(p == NULL);
 }
 

@@ -793,6 +793,13 @@ static void tpu_scan_twosum(tpu_builder_t* b, const tpu_val_t* e, const tpu_val_
   out[1] = r[1];
 }
 
+/* Where min and max are the same infinity: logaddexp is that infinity (the
+ * formula's inf - inf would be NaN). */
+static tpu_val_t tpu_red_same_inf(tpu_builder_t* b, tpu_val_t mn, tpu_val_t mx) {
+  return tpu_b_binary(b, "stablehlo.and", tpu_b_compare(b, "EQ", mn, mx),
+                      tpu_b_unary(b, "stablehlo.not", tpu_b_unary(b, "stablehlo.is_finite", mn)));
+}
+
 /* log(exp(a) + exp(b)) = max + log1p(exp(min - max)); equal infinities stay. */
 static void tpu_scan_logaddexp(tpu_builder_t* b, const tpu_val_t* e, const tpu_val_t* l, tpu_val_t* out,
                                const void* ctx) {
@@ -801,9 +808,7 @@ static void tpu_scan_logaddexp(tpu_builder_t* b, const tpu_val_t* e, const tpu_v
   tpu_val_t mn = tpu_red_combine(b, TPU_RED_MIN, e[0], l[0]);
   tpu_val_t d = tpu_b_unary(b, "stablehlo.exponential", tpu_b_binary(b, "stablehlo.subtract", mn, mx));
   tpu_val_t r = tpu_b_binary(b, "stablehlo.add", mx, tpu_b_unary(b, "stablehlo.log_plus_one", d));
-  tpu_val_t same_inf = tpu_b_binary(b, "stablehlo.and", tpu_b_compare(b, "EQ", mn, mx),
-                                    tpu_b_unary(b, "stablehlo.not", tpu_b_unary(b, "stablehlo.is_finite", mn)));
-  out[0] = tpu_b_select(b, same_inf, mx, r);
+  out[0] = tpu_b_select(b, tpu_red_same_inf(b, mn, mx), mx, r);
 }
 
 /* logaddexp of compensated pairs (hi, lo), float32 logcumsumexp: the running
@@ -824,8 +829,7 @@ static void tpu_scan_logaddexp_pair(tpu_builder_t* b, const tpu_val_t* e, const 
                     tpu_red_like(b, d, 0.0)};
   tpu_val_t r[2];
   tpu_red_twosum(b, mx, t, r);
-  tpu_val_t same_inf = tpu_b_binary(b, "stablehlo.and", tpu_b_compare(b, "EQ", mnh, mx[0]),
-                                    tpu_b_unary(b, "stablehlo.not", tpu_b_unary(b, "stablehlo.is_finite", mnh)));
+  tpu_val_t same_inf = tpu_red_same_inf(b, mnh, mx[0]);
   tpu_val_t zero = tpu_red_like(b, d, 0.0);
   out[0] = tpu_b_select(b, same_inf, mx[0], r[0]);
   out[1] = tpu_b_select(b, tpu_b_unary(b, "stablehlo.is_finite", out[0]), r[1], zero);
