@@ -87,6 +87,33 @@ _DECOMPS = None
 _EXTRA_DECOMPS = (torch.ops.aten.embedding.default,)
 
 
+# torch.nn.attention.varlen's custom ops stay whole in a traced graph; off CUDA their
+# own kernels are calls of FlashAttention's aten ops, which have lowerings: the same
+# calls, written out for the tracer.
+def _varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, is_causal=False, scale=None,
+                 window_size=None, enable_gqa=False, seqused_k=None, block_table=None, num_splits=None):
+    left, right = window_size or (-1, -1)
+    out, lse, rng, _, _ = torch.ops.aten._flash_attention_forward(
+        query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, 0.0, is_causal, False, scale=scale,
+        window_size_left=left, window_size_right=right, seqused_k=seqused_k, block_table=block_table,
+        num_splits=num_splits)
+    return out, lse, rng
+
+
+def _varlen_attn_backward(grad_out, query, key, value, out, lse, cu_seq_q, cu_seq_k, max_q, max_k, is_causal,
+                          rng_state, scale=None, window_size=None):
+    left, right = window_size or (-1, -1)
+    return torch.ops.aten._flash_attention_backward(
+        grad_out, query, key, value, out, lse, cu_seq_q, cu_seq_k, max_q, max_k, 0.0, is_causal, rng_state,
+        torch.empty(0, device=query.device), scale=scale, window_size_left=left, window_size_right=right)
+
+
+def _custom_op_decompositions() -> dict:
+    import torch.nn.attention.varlen  # noqa: F401  (registers torch_attn's ops)
+    ns = torch.ops.torch_attn
+    return {ns._varlen_attn.default: _varlen_attn, ns._varlen_attn_backward.default: _varlen_attn_backward}
+
+
 def decompositions() -> dict:
     """PyTorch's decompositions (its core aten set first) for the ops we have no
     lowering for; ops with a lowering are never decomposed."""
@@ -104,6 +131,7 @@ def decompositions() -> dict:
         _DECOMPS = {op: fn for op, fn in table.items()
                     if isinstance(op, torch._ops.OpOverload) and op.namespace == "aten" and not _supported(op)
                     and op not in keep}
+        _DECOMPS.update(_custom_op_decompositions())
     return _DECOMPS
 
 
