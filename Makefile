@@ -133,9 +133,9 @@ test-ray: .venv-ray/.stack-deps-installed $(BIND_SO)
 	.venv-ray/bin/python examples/ray_train_ddp.py
 
 # TorchTitan's Llama debug model, FSDP2 on 2 processes, 20 steps, against CPU/gloo
-# (examples/torchtitan_fsdp.py).
+# (examples/torchtitan_llama.py).
 test-titan: .venv-titan/.stack-deps-installed $(BIND_SO)
-	.venv-titan/bin/python examples/torchtitan_fsdp.py
+	.venv-titan/bin/python examples/torchtitan_llama.py
 
 conformance: $(STAMP) $(BIND_SO)
 	$(VPY) tests/conformance/run_opinfo.py --all --report reports

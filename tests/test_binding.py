@@ -192,6 +192,31 @@ def test_copy_into_views_and_casts():
     torch.testing.assert_close(h.cpu(), d.cpu())
 
 
+@pytest.mark.parametrize("src_view,dst_view", [
+    ("conj", "plain"), ("plain", "conj"), ("conj", "conj"),          # conjugate bits
+    ("neg_imag", "real"), ("real", "neg_imag"), ("neg_imag", "neg_imag"),  # negative bits
+])
+def test_copy_between_conjugate_and_negative_views(src_view, dst_view):
+    """copy_ reads the source through its bits and writes the destination so that its
+    own bits read the values back, as on CPU (tensor-parallel backward copies a conj
+    view into a plain gradient buffer; TorchTitan's complex RoPE does)."""
+    views = {"plain": lambda z: z, "conj": lambda z: z.conj(), "real": lambda z: z.real,
+             "neg_imag": lambda z: z.conj().imag}  # x.conj().imag is a negative-bit view
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(6, dtype=torch.cfloat, generator=g)
+    results = []
+    for dev in ("cpu", "tpu"):
+        src = views[src_view](x.to(dev))
+        base = torch.zeros(6, dtype=torch.cfloat, device=dev)
+        dst = views[dst_view](base)
+        assert (src.is_conj(), src.is_neg(), dst.is_conj(), dst.is_neg()) == \
+            (views[src_view](x).is_conj(), views[src_view](x).is_neg(), dst.is_conj(), dst.is_neg())
+        dst.copy_(src)
+        results.append((base.cpu(), dst.resolve_conj().resolve_neg().cpu()))
+    torch.testing.assert_close(results[1][0], results[0][0], rtol=0, atol=0)  # the memory
+    torch.testing.assert_close(results[1][1], results[0][1], rtol=0, atol=0)  # the values read
+
+
 def test_item_and_tolist():
     assert torch.tensor(3.5).to("tpu").item() == 3.5
     v = torch.tensor([[1, 2], [3, 4]]).to("tpu")

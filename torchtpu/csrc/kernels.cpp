@@ -171,6 +171,17 @@ bool tpu_is_set_to(const at::Tensor& self, const at::Tensor& other) {
 
 // ---- copies ----
 
+// A tensor without conj/neg bits holding what dst's memory must hold for dst to
+// read src's values through its own bits (conj_physical and neg are real ops).
+at::Tensor stored_for(const at::Tensor& src, const at::Tensor& dst) {
+  at::Tensor v = src;
+  if (v.is_conj()) v = at::conj_physical(v.conj());
+  if (v.is_neg()) v = at::neg(v._neg_view());
+  if (dst.is_conj()) v = at::conj_physical(v);
+  if (dst.is_neg()) v = at::neg(v);
+  return v;
+}
+
 at::Tensor tpu_copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   // `self` is the source (at::_copy_from(src, dst)).
   TORCH_CHECK(self.defined() && dst.defined(), "tpu: copy_ of an undefined tensor");
@@ -210,22 +221,24 @@ at::Tensor tpu_copy_from(const at::Tensor& self, const at::Tensor& dst, bool non
     dst.copy_(tmp);
   } else {
     TORCH_CHECK(src_tpu && dst_tpu, "tpu: unsupported copy from ", self.device(), " to ", dst.device());
-    TORCH_CHECK(self.is_conj() == dst.is_conj() && self.is_neg() == dst.is_neg(),
-                "tpu: copy_ between tensors with different conjugate/negative bits is not supported; "
-                "call resolve_conj()/resolve_neg() first");
     if (self.is_same(dst)) return dst;
     if (self.numel() == 0) return dst;
+    // Memory is copied as it is, so it must already be what dst's bits read back.
+    const at::Tensor src = self.is_conj() == dst.is_conj() && self.is_neg() == dst.is_neg()
+                               ? self
+                               : stored_for(self, dst);
     const tpu_tensor_t d = describe(dst);
-    const tpu_tensor_t s = describe(self);
+    const tpu_tensor_t s = describe(src);
     check_status(tpu_tensor_copy(&d, &s), "tpu: copy tpu -> tpu");
   }
   return dst;
 }
 
-// A conj/neg-bit source would reach _copy_from through PyTorch's Conjugate/Negative
+// A conj/neg-bit tensor would reach _copy_from through PyTorch's Conjugate/Negative
 // fallback, which materialises it with clone → copy_ → _copy_from again: endless
-// recursion. Resolve the bits with real ops first (conj_physical / neg).
+// recursion. Every tpu copy handles the bits itself (stored_for: real ops, no bits).
 at::Tensor tpu_copy_from_resolving_bits(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  if (self.device().type() == kTpu || dst.device().type() == kTpu) return tpu_copy_from(self, dst, non_blocking);
   at::Tensor src = self;
   if (src.is_conj()) src = at::conj_physical(src.conj());
   if (src.is_neg()) src = at::neg(src._neg_view());

@@ -1,5 +1,5 @@
-"""TorchTitan on tpu: its Llama debug model, FSDP2 on 2 processes, 20 steps, against the
-same run on CPU with gloo.
+"""TorchTitan on tpu: its Llama debug model trained with FSDP2, then with tensor
+parallelism, on 2 processes for 20 steps each, against the same runs on CPU with gloo.
 
 `make test-titan` runs it (TorchTitan in its own venv, .venv-titan, which sees .venv's
 torch and torchtpu). Steps:
@@ -8,10 +8,11 @@ torch and torchtpu). Steps:
    debug model's vocabulary is 2,048) and a small text dataset as `tests/assets/c4_test`,
    the paths TorchTitan's debug config reads (its wheel ships neither).
 2. A seed checkpoint (TorchTitan's `--checkpoint.create-seed-checkpoint`, one CPU process),
-   so both runs start from the same weights: tpu and CPU random streams differ.
-3. `torchrun --nproc-per-node 2` of `torchtitan.train` on tpu, then on CPU/gloo, both loading
-   the seed; the per-step losses must agree within LOSS_ATOL. A failed run or a mismatch
-   exits 1.
+   so every run starts from the same weights: tpu and CPU random streams differ.
+3. For each layout (FSDP: `data-parallel-shard-degree 2`; TP: `tensor-parallel-degree 2`),
+   `torchrun --nproc-per-node 2` of `torchtitan.train` on tpu, then on CPU/gloo, both
+   loading the seed; the per-step losses must agree within LOSS_ATOL. A failed run or a
+   mismatch exits 1.
 
 The model config is `llama3_debugmodel_varlen_attn`: TorchTitan 0.3.0's language models
 take flex or varlen attention only; varlen (aten::_flash_attention_forward/backward) has
@@ -36,6 +37,8 @@ import tempfile
 
 STEPS, NPROC = 20, 2
 LOSS_ATOL = 1e-3  # float32, 20 AdamW steps; measured differences were <= 3e-4
+LAYOUTS = {"fsdp": ["--parallelism.data-parallel-shard-degree", str(NPROC)],
+           "tp": ["--parallelism.tensor-parallel-degree", str(NPROC), "--parallelism.data-parallel-shard-degree", "1"]}
 ARGS = ["--module", "llama3", "--config", "llama3_debugmodel_varlen_attn", "--training.seq-len", "128",
         "--training.local-batch-size", "2", "--validator.no-enable", "--parallelism.spmd-backend",
         "partial_dtensor", "--comm.init-timeout-seconds", "300", "--debug.seed", "0"]
@@ -158,7 +161,7 @@ def launch(kind, nproc, extra, cwd, log):
         rc = subprocess.call(cmd, cwd=cwd, stdout=f, stderr=subprocess.STDOUT)
     if rc != 0:
         sys.stdout.write(open(log).read()[-6000:])
-        raise SystemExit(f"torchtitan_fsdp: the {kind} run failed (rc {rc}); log above")
+        raise SystemExit(f"torchtitan_llama: the {kind} run failed (rc {rc}); log above")
 
 
 def losses(log):
@@ -170,7 +173,16 @@ def losses(log):
     return [found.get(s) for s in range(1, STEPS + 1)]
 
 
+def compare(layout, curves):
+    diffs = [abs(a - b) if a is not None and b is not None else float("inf")
+             for a, b in zip(curves["tpu"], curves["cpu"])]
+    for s, (a, b, d) in enumerate(zip(curves["tpu"], curves["cpu"], diffs), 1):
+        print(f"{layout} step {s:2d}  loss tpu {a}  cpu/gloo {b}  |diff| {d:.2e}")
+    return max(diffs)
+
+
 def main():
+    worst = {}
     with tempfile.TemporaryDirectory() as root:
         make_assets(root)
         seed = os.path.join(root, "seed")
@@ -179,19 +191,18 @@ def main():
                root, os.path.join(root, "seed.log"))
         load = ["--training.steps", str(STEPS), "--checkpoint.enable", "--checkpoint.load-only",
                 "--checkpoint.initial-load-path", os.path.join(seed, "checkpoint", "step-0")]
-        curves = {}
-        for kind in ("tpu", "cpu"):
-            log = os.path.join(root, f"{kind}.log")
-            launch(kind, NPROC, load + ["--dump-folder", os.path.join(root, kind)], root, log)
-            curves[kind] = losses(log)
-    diffs = [abs(a - b) if a is not None and b is not None else float("inf")
-             for a, b in zip(curves["tpu"], curves["cpu"])]
-    for s, (a, b, d) in enumerate(zip(curves["tpu"], curves["cpu"], diffs), 1):
-        print(f"step {s:2d}  loss tpu {a}  cpu/gloo {b}  |diff| {d:.2e}")
-    print(json.dumps({"steps": STEPS, "processes": NPROC, "max_abs_loss_diff": max(diffs), "atol": LOSS_ATOL}))
-    if max(diffs) > LOSS_ATOL:
-        raise SystemExit(f"torchtitan_fsdp: tpu and CPU/gloo losses differ by {max(diffs):.2e} > {LOSS_ATOL}")
-    print("torchtitan on tpu (FSDP2, 2 processes) matches CPU/gloo")
+        for layout, flags in LAYOUTS.items():
+            curves = {}
+            for kind in ("tpu", "cpu"):
+                log = os.path.join(root, f"{layout}-{kind}.log")
+                launch(kind, NPROC, load + flags + ["--dump-folder", os.path.join(root, f"{layout}-{kind}")], root, log)
+                curves[kind] = losses(log)
+            worst[layout] = compare(layout, curves)
+    print(json.dumps({"steps": STEPS, "processes": NPROC, "max_abs_loss_diff": worst, "atol": LOSS_ATOL}))
+    bad = {k: v for k, v in worst.items() if v > LOSS_ATOL}
+    if bad:
+        raise SystemExit(f"torchtitan_llama: tpu and CPU/gloo losses differ by more than {LOSS_ATOL}: {bad}")
+    print("torchtitan on tpu (FSDP2 and tensor parallel, 2 processes) matches CPU/gloo")
 
 
 if __name__ == "__main__":
