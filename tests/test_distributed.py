@@ -2,7 +2,8 @@
 per process: every collective on tpu tensors, DDP (and SyncBatchNorm under DDP) parity
 with single-process training (2 processes with init_process_group() and no backend, under
 TORCH_DISTRIBUTED_DEBUG=DETAIL; 4 with "cpu:gloo,tpu:tpu"); FSDP2, DTensor tensor
-parallel and sequence parallel on a Llama-shaped block (2); FSDP2 mixed precision,
+parallel and sequence parallel on a Llama-shaped block, DDP and FSDP2 under
+torch.compile (2); FSDP2 mixed precision,
 distributed checkpoint and a 2-D (FSDP x TP) mesh (4); a dead or divergent rank raising
 instead of hanging, and DETAIL's check raising on a shape, dtype or collective mismatch
 (2). Each case is one torchrun launch of a script in tests/dist/ that checks its own
