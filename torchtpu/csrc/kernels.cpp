@@ -171,12 +171,18 @@ bool tpu_is_set_to(const at::Tensor& self, const at::Tensor& other) {
 
 // ---- copies ----
 
-// A tensor without conj/neg bits holding what dst's memory must hold for dst to
-// read src's values through its own bits (conj_physical and neg are real ops).
-at::Tensor stored_for(const at::Tensor& src, const at::Tensor& dst) {
+// src's values in a tensor without conj/neg bits (conj_physical and neg are real ops).
+at::Tensor resolved(const at::Tensor& src) {
   at::Tensor v = src;
   if (v.is_conj()) v = at::conj_physical(v.conj());
   if (v.is_neg()) v = at::neg(v._neg_view());
+  return v;
+}
+
+// A tensor without conj/neg bits holding what dst's memory must hold for dst to
+// read src's values through its own bits. Works on either device.
+at::Tensor stored_for(const at::Tensor& src, const at::Tensor& dst) {
+  at::Tensor v = resolved(src);
   if (dst.is_conj()) v = at::conj_physical(v);
   if (dst.is_neg()) v = at::neg(v);
   return v;
@@ -191,10 +197,7 @@ at::Tensor tpu_copy_from(const at::Tensor& self, const at::Tensor& dst, bool non
   at::assert_no_internal_overlap(dst);
   if (!src_tpu && dst_tpu) {
     TORCH_CHECK(self.device().is_cpu(), "tpu: copies from ", self.device(), " to tpu are not supported");
-    at::Tensor host = self.expand(dst.sizes());
-    host = host.resolve_conj().resolve_neg();
-    if (dst.is_conj()) host = host.conj_physical();
-    if (dst.is_neg()) host = host.neg();
+    at::Tensor host = stored_for(self.expand(dst.sizes()), dst);
     tpu_dtype_t hd;
     if (!to_tpu_dtype(host.scalar_type(), &hd)) {
       host = host.to(dst.scalar_type());
@@ -239,11 +242,8 @@ at::Tensor tpu_copy_from(const at::Tensor& self, const at::Tensor& dst, bool non
 // recursion. Every tpu copy handles the bits itself (stored_for: real ops, no bits).
 at::Tensor tpu_copy_from_resolving_bits(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   if (self.device().type() == kTpu || dst.device().type() == kTpu) return tpu_copy_from(self, dst, non_blocking);
-  at::Tensor src = self;
-  if (src.is_conj()) src = at::conj_physical(src.conj());
-  if (src.is_neg()) src = at::neg(src._neg_view());
   TORCH_CHECK(!dst.is_conj() && !dst.is_neg(), "tpu: copy into a conjugate or negative view is not supported");
-  return at::_copy_from(src, dst, non_blocking);
+  return at::_copy_from(resolved(self), dst, non_blocking);
 }
 
 at::Tensor tpu_copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
