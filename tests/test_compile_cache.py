@@ -51,7 +51,8 @@ print(json.dumps({"metrics": torchtpu.metrics(), "ok": bool(ok), "outs": outs,
 
 def _env(cache_dir, **extra):
     env = dict(os.environ)
-    for k in ("TORCHTPU_CACHE_DIR", "TORCHTPU_DISK_CACHE", "TORCHTPU_CACHE_MAX_BYTES"):
+    for k in ("TORCHTPU_CACHE_DIR", "TORCHTPU_DISK_CACHE", "TORCHTPU_CACHE_MAX_BYTES",
+              "TORCHTPU_QUICK_COMPILE_MAX_ELEMENTS"):
         env.pop(k, None)
     env["TORCHTPU_CACHE_DIR"] = str(cache_dir)
     env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
@@ -285,3 +286,25 @@ def test_cache_clear_empties_both_tiers(warm):
     cleared = [ln for ln in r["stdout"].splitlines() if ln.startswith("cleared")]
     assert cleared and int(cleared[0].split()[1]) == len(files)
     assert len(entries(cache)) == len(files)  # and its recompiles were stored again
+
+
+def test_quick_tier_compiles_small_programs_only(tmp_path):
+    """Compile tiers (docs/compile-cache.md): on the CPU plugin, loop-free programs
+    whose arrays all hold at most 65536 elements compile with the quick options,
+    larger ones with the defaults, and both match CPU. TORCHTPU_QUICK_COMPILE_MAX_ELEMENTS=0
+    turns the tier off; the options are in the disk key, so a quick entry never
+    serves a default compile of the same program."""
+    small = run(tmp_path / "a")  # SHAPES=4: every array has at most 60 elements
+    m = small["metrics"]
+    assert small["ok"] and m["compiles"] >= 4 and m["compiles_quick"] == m["compiles"], m
+    # 8000 x 12 = 96000 elements in x: the matmul reading it compiles with the
+    # defaults; the ops after it see 8000 x 5 = 40000 and compile quick.
+    big = run(tmp_path / "b", SHAPES="8000")
+    mb = big["metrics"]
+    assert big["ok"] and 0 < mb["compiles_quick"] < mb["compiles"], mb
+    off = run(tmp_path / "a", TORCHTPU_QUICK_COMPILE_MAX_ELEMENTS=0)
+    mo = off["metrics"]
+    assert off["ok"] and mo["compiles_quick"] == 0, mo
+    assert mo["compiles"] == m["compiles"] and mo["disk_cache_hits"] == 0, (mo, m)
+    import torch
+    assert torch.allclose(torch.tensor(off["outs"]), torch.tensor(small["outs"]), rtol=1e-6, atol=1e-6)

@@ -1,4 +1,5 @@
 /* Compiling StableHLO text into loaded executables and running them. */
+#include <assert.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,60 +30,156 @@ static atomic_uint_fast64_t g_next_exe_id = 1;
 /* Serialized xla.CompileOptionsProto: compile_portable_executable = true (so
  * execute_device may pick any device), then executable_build_options {
  * num_replicas = 1, num_partitions = 1 }. Empty options abort the CPU plugin. */
-static const char kCompileOptions[] = {0x20, 0x01, 0x1a, 0x04, 0x20, 0x01, 0x28, 0x01};
+#define TPU_OPTIONS_BASE "\x20\x01\x1a\x04\x20\x01\x28\x01"
 
-/* The same, plus env_option_overrides (field 7, a map entry) {"xla_cpu_use_xnnpack":
- * OptionOverrideProto{bool_field: false}}, sent to the CPU plugin only. Its XNNPACK
- * dot path reuses the right-hand operand it prepared on an earlier call when the
- * new operand sits at the address of a destroyed one: a fresh weight buffer that
- * malloc places where an old one was yields x @ W_old. Addresses depend on when
- * buffers are freed, so strict mode trained to different weights run to run
- * (tests/test_determinism.py). The override keeps the plugin's other defaults
- * (a debug_options message would reset them all); Eigen then does the dots. */
-static const char kCompileOptionsCpu[] = {
-    0x20, 0x01, 0x1a, 0x04, 0x20, 0x01, 0x28, 0x01, 0x3a, 0x19, 0x0a, 0x13, 'x', 'l', 'a', '_', 'c',
-    'p',  'u',  '_',  'u',  's',  'e',  '_',  'x',  'n',  'n',  'p',  'a',  'c', 'k', 0x12, 0x02, 0x10, 0x00};
-/* Set once a CPU plugin rejects the override: it has no such option (and so no
- * XNNPACK path to avoid), so later compiles send the plain options. */
-static atomic_bool g_no_xnn_option;
+/* env_option_overrides entries (field 7, map<string, OptionOverrideProto>, an
+ * OptionOverrideProto being bool_field = 2 or int_field = 3). They change one
+ * option each and keep the plugin's other defaults (a debug_options message
+ * would reset them all). Sent to the CPU plugin only.
+ *
+ * xla_cpu_use_xnnpack = false: the plugin's XNNPACK dot path reuses the
+ * right-hand operand it prepared on an earlier call when the new operand sits at
+ * the address of a destroyed one: a fresh weight buffer that malloc places where
+ * an old one was yields x @ W_old. Addresses depend on when buffers are freed, so
+ * strict mode trained to different weights run to run (tests/test_determinism.py).
+ * Eigen then does the dots. */
+#define TPU_XNN_KEY "xla_cpu_use_xnnpack"
+#define TPU_XNN_OFF "\x3a\x19\x0a\x13" TPU_XNN_KEY "\x12\x02\x10\x00"
+/* The quick tier (below): the plugin's classic fusion emitters and LLVM -O1. */
+#define TPU_EMITTERS_KEY "xla_cpu_use_fusion_emitters"
+#define TPU_EMITTERS_OFF "\x3a\x21\x0a\x1b" TPU_EMITTERS_KEY "\x12\x02\x10\x00"
+#define TPU_LLVM_KEY "xla_backend_optimization_level"
+#define TPU_LLVM_O1 "\x3a\x24\x0a\x1e" TPU_LLVM_KEY "\x12\x02\x18\x01"
+static_assert(sizeof TPU_XNN_KEY - 1 == 0x13 && sizeof TPU_EMITTERS_KEY - 1 == 0x1b &&
+                  sizeof TPU_LLVM_KEY - 1 == 0x1e,
+              "override entries encode their key lengths");
 
-/* The options for this plugin; *out_override says whether they carry the override. */
-static const char* compile_options(size_t* out_len, bool* out_override) {
-  *out_override = strcmp(tpu_runtime_platform_name(), "cpu") == 0 &&
-                  !atomic_load_explicit(&g_no_xnn_option, memory_order_relaxed);
-  *out_len = *out_override ? sizeof kCompileOptionsCpu : sizeof kCompileOptions;
-  return *out_override ? kCompileOptionsCpu : kCompileOptions;
+static const char kOptionsPlain[] = TPU_OPTIONS_BASE;
+static const char kOptionsCpu[] = TPU_OPTIONS_BASE TPU_XNN_OFF;
+static const char kOptionsCpuQuick[] = TPU_OPTIONS_BASE TPU_XNN_OFF TPU_EMITTERS_OFF TPU_LLVM_O1;
+
+/* Compile tiers. XLA's CPU compile of one small eager op costs 50-90 ms here,
+ * most of it the MLIR fusion emitters and LLVM, while the op then runs in
+ * microseconds whatever the code quality: the test suite spent 75% of its time
+ * compiling. A program whose every array holds at most quick_max_elements
+ * elements and that has no loop is compiled with the quick options: about 40%
+ * less compile time, the same run time for arrays of that size (measured in
+ * docs/compile-cache.md). Loops stay on the default options: a 64 x 128 x 128
+ * eigh ran 4x slower compiled quick. Other plugins always get their defaults. */
+#define TPU_QUICK_MAX_ELEMENTS_DEFAULT 65536
+
+/* Set once a CPU plugin rejects an override: it has no such option, so later
+ * compiles leave it out. */
+static atomic_bool g_no_xnn_option, g_no_quick_options;
+
+/* TORCHTPU_QUICK_COMPILE_MAX_ELEMENTS, read once: a non-negative integer (0
+ * turns the quick tier off); anything else means the default. */
+static int64_t quick_max_elements(void) {
+  static atomic_llong cached = -1;
+  long long v = atomic_load_explicit(&cached, memory_order_relaxed);
+  if (v >= 0) return v;
+  v = TPU_QUICK_MAX_ELEMENTS_DEFAULT;
+  const char* env = getenv("TORCHTPU_QUICK_COMPILE_MAX_ELEMENTS");
+  if (env && *env) {
+    char* end = NULL;
+    long long parsed = strtoll(env, &end, 10);
+    if (end && *end == '\0' && parsed >= 0) v = parsed;
+  }
+  atomic_store_explicit(&cached, v, memory_order_relaxed);
+  return v;
 }
 
-/* Compiles with this plugin's options; a CPU plugin that does not know the
- * XNNPACK option is asked again without it. *out_options / *out_options_len:
- * the options of the successful compile (the disk cache keys on them). */
+/* Whether every tensor<...> type in the module text has at most `limit`
+ * elements (a dynamic dim has no bound) and no stablehlo.while is in it. */
+static bool program_is_small(const char* text, size_t len, int64_t limit) {
+  static const char kTensor[] = "tensor<", kWhile[] = "stablehlo.while";
+  const size_t nt = sizeof kTensor - 1, nw = sizeof kWhile - 1;
+  for (size_t i = 0; i < len; i++) {
+    if (text[i] == 's' && len - i >= nw && memcmp(text + i, kWhile, nw) == 0) return false;
+    if (text[i] != 't' || len - i < nt || memcmp(text + i, kTensor, nt) != 0) continue;
+    int64_t elems = 1;
+    size_t j = i + nt;
+    for (;;) {
+      if (j < len && text[j] == '?') return false;
+      if (j >= len || text[j] < '0' || text[j] > '9') break;
+      int64_t dim = 0;
+      while (j < len && text[j] >= '0' && text[j] <= '9' && dim <= limit) dim = dim * 10 + (text[j++] - '0');
+      if (dim > limit || (dim && elems > limit / dim)) return false;
+      elems *= dim;
+      if (j >= len || text[j] != 'x') break; /* a malformed type: the compile reports it */
+      j++;
+    }
+    i = j;
+  }
+  return true;
+}
+
+/* The options for this program on this plugin; *out_quick says whether they are
+ * the quick tier's. */
+static const char* compile_options(const char* mlir, size_t len, size_t* out_len, bool* out_quick) {
+  *out_quick = false;
+  const char* options = kOptionsPlain;
+  size_t n = sizeof kOptionsPlain - 1;
+  if (strcmp(tpu_runtime_platform_name(), "cpu") == 0 &&
+      !atomic_load_explicit(&g_no_xnn_option, memory_order_relaxed)) {
+    options = kOptionsCpu;
+    n = sizeof kOptionsCpu - 1;
+    int64_t limit = quick_max_elements();
+    if (limit > 0 && !atomic_load_explicit(&g_no_quick_options, memory_order_relaxed) &&
+        program_is_small(mlir, len, limit)) {
+      options = kOptionsCpuQuick;
+      n = sizeof kOptionsCpuQuick - 1;
+      *out_quick = true;
+    }
+  }
+  *out_len = n;
+  return options;
+}
+
+/* After a failed compile: whether the plugin refused one of our overrides (then
+ * it is left out from now on and the compile is worth another try). */
+static bool drop_refused_override(const char* options, const char* msg) {
+  if (!msg || options == kOptionsPlain) return false;
+  if (options == kOptionsCpuQuick && (strstr(msg, TPU_EMITTERS_KEY) || strstr(msg, TPU_LLVM_KEY))) {
+    atomic_store_explicit(&g_no_quick_options, true, memory_order_relaxed);
+    return true;
+  }
+  if (strstr(msg, TPU_XNN_KEY)) {
+    atomic_store_explicit(&g_no_xnn_option, true, memory_order_relaxed);
+    return true;
+  }
+  return false;
+}
+
+/* Compiles with this plugin's options for the program, asking again without an
+ * override the plugin refuses. *out_options / *out_options_len: the options of
+ * the successful compile (the disk cache keys on them); *out_quick: its tier. */
 static tpu_status_t* compile_program(const PJRT_Api* api, PJRT_Program* program,
                                      PJRT_LoadedExecutable** out_loaded, const char** out_options,
-                                     size_t* out_options_len) {
+                                     size_t* out_options_len, bool* out_quick) {
   *out_loaded = NULL;
   *out_options = NULL;
   *out_options_len = 0;
+  *out_quick = false;
   tpu_status_t* status = NULL;
-  for (int attempt = 0; attempt < 2; attempt++) {
-    bool override = false;
+  for (int attempt = 0; attempt < 3; attempt++) {
+    bool quick = false;
     size_t len = 0;
     TPU_PJRT_ARGS(PJRT_Client_Compile_Args, args, executable);
     args.client = tpu_client_pjrt();
     args.program = program;
-    args.compile_options = compile_options(&len, &override);
+    args.compile_options = compile_options(program->code, program->code_size, &len, &quick);
     args.compile_options_size = len;
     status = TPU_PJRT_CALL(api, Client_Compile, &args);
     if (!status) {
       *out_loaded = args.executable;
       *out_options = args.compile_options;
       *out_options_len = len;
+      *out_quick = quick;
       return NULL;
     }
-    const char* msg = tpu_status_message(status);
-    if (!override || !msg || !strstr(msg, "xla_cpu_use_xnnpack")) return status;
+    if (!drop_refused_override(args.compile_options, tpu_status_message(status))) return status;
     tpu_status_free(status);
-    atomic_store_explicit(&g_no_xnn_option, true, memory_order_relaxed);
   }
   return status;
 }
@@ -122,15 +219,15 @@ static tpu_status_t* num_outputs(const PJRT_Api* api, PJRT_LoadedExecutable* loa
 /* The disk tier first: a hit loads the serialized executable instead of
  * compiling; a real compile is then stored. The lookup keys on the options
  * compile_program would send now; a store keys on those it did send (they
- * differ only in the one call where a CPU plugin refuses the XNNPACK option). */
+ * differ only in the one call where a CPU plugin refuses an override). */
 static tpu_status_t* load_or_compile(const PJRT_Api* api, const char* mlir, size_t len,
                                      PJRT_LoadedExecutable** out_loaded) {
   *out_loaded = NULL;
   bool disk = tpu_disk_cache_enabled();
   tpu_disk_key_t key;
   size_t options_len = 0;
-  bool override = false;
-  const char* options = compile_options(&options_len, &override);
+  bool quick = false;
+  const char* options = compile_options(mlir, len, &options_len, &quick);
   if (disk) {
     tpu_disk_cache_key(mlir, len, options, options_len, &key);
     tpu_trace_range_t lookup = tpu_trace_begin(TPU_TRACE_DISK_LOOKUP, NULL);
@@ -150,11 +247,12 @@ static tpu_status_t* load_or_compile(const PJRT_Api* api, const char* mlir, size
   size_t used_len = 0;
   int64_t t0 = now_ns();
   tpu_trace_range_t range = tpu_trace_begin(TPU_TRACE_COMPILE, NULL);
-  tpu_status_t* status = compile_program(api, &program, out_loaded, &used, &used_len);
+  tpu_status_t* status = compile_program(api, &program, out_loaded, &used, &used_len, &quick);
   tpu_trace_end(range);
   tpu_metric_add(TPU_METRIC_COMPILES, 1);
   tpu_metric_add(TPU_METRIC_COMPILE_NS, now_ns() - t0);
   TPU_RETURN_IF_ERROR(status);
+  if (quick) tpu_metric_add(TPU_METRIC_QUICK_COMPILES, 1);
   if (disk) {
     if (used != options) tpu_disk_cache_key(mlir, len, used, used_len, &key);
     tpu_disk_cache_store(api, &key, *out_loaded);

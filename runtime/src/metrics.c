@@ -37,6 +37,7 @@ static const char* const kNames[] = {
     [TPU_METRIC_FUSED_PROGRAMS] = "fused_programs",
     [TPU_METRIC_H2D_LENT] = "h2d_lent",
     [TPU_METRIC_DONATED_BUFFERS] = "donated_buffers",
+    [TPU_METRIC_QUICK_COMPILES] = "compiles_quick",
 };
 static_assert(sizeof kNames / sizeof kNames[0] == TPU_METRIC_COUNT, "one name per metric");
 

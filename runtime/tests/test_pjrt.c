@@ -1,5 +1,6 @@
 /* Tests of the PJRT layer against the live plugin: loading, our struct sizes,
  * buffers, compile / execute, errors, and the status/dtype/metrics/rng basics. */
+#include <math.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -487,6 +488,25 @@ TEST(buffer_rejects_bad_input) {
 
 /* ---- compile and execute ---- */
 
+/* Runs exe on float32 vectors a and b of n elements; got <- its one float32
+ * output (left as is when the run fails). */
+static void execute_binary_f32(tpu_executable_t* exe, const float* a, const float* b, int64_t n, const char* name,
+                               float* got) {
+  tpu_aval_t aval = aval1(TPU_F32, n);
+  tpu_buffer_t *ba = NULL, *bb = NULL, *out = NULL;
+  EXPECT_OK(tpu_buffer_from_host(0, a, &aval, &ba));
+  EXPECT_OK(tpu_buffer_from_host(0, b, &aval, &bb));
+  tpu_buffer_t* args[2] = {ba, bb};
+  EXPECT_OK(tpu_executable_execute(exe, 0, 2, args, 1, &aval, name, &out));
+  if (out) {
+    EXPECT(tpu_buffer_aval(out)->dtype == TPU_F32);
+    EXPECT_OK(tpu_buffer_to_host(out, got, (size_t)n * sizeof(float)));
+  }
+  tpu_buffer_release(out);
+  tpu_buffer_release(ba);
+  tpu_buffer_release(bb);
+}
+
 TEST(compile_and_execute_add) {
   int64_t compiles0 = tpu_metric_get(TPU_METRIC_COMPILES);
   int64_t compile_ns0 = tpu_metric_get(TPU_METRIC_COMPILE_NS);
@@ -497,25 +517,77 @@ TEST(compile_and_execute_add) {
   EXPECT(tpu_metric_get(TPU_METRIC_COMPILE_NS) > compile_ns0);
 
   const float a[4] = {1, 2, 3, 4}, b[4] = {10, 20, 30, 40};
-  tpu_aval_t aval = aval1(TPU_F32, 4);
-  tpu_buffer_t *ba = NULL, *bb = NULL, *out = NULL;
-  EXPECT_OK(tpu_buffer_from_host(0, a, &aval, &ba));
-  EXPECT_OK(tpu_buffer_from_host(0, b, &aval, &bb));
-  tpu_buffer_t* args[2] = {ba, bb};
-  EXPECT_OK(tpu_executable_execute(exe, 0, 2, args, 1, &aval, "aten::add", &out));
-  EXPECT_EQ_INT(tpu_metric_get(TPU_METRIC_EXECUTIONS), execs0 + 1);
   float got[4] = {0};
-  if (out) {
-    EXPECT(tpu_buffer_aval(out)->dtype == TPU_F32);
-    EXPECT_OK(tpu_buffer_to_host(out, got, sizeof got));
-  }
+  execute_binary_f32(exe, a, b, 4, "aten::add", got);
+  EXPECT_EQ_INT(tpu_metric_get(TPU_METRIC_EXECUTIONS), execs0 + 1);
   for (int i = 0; i < 4; i++) EXPECT_NEAR(got[i], a[i] + b[i], 0);
   EXPECT_OK(tpu_runtime_synchronize());
-  tpu_buffer_release(out);
-  tpu_buffer_release(ba);
-  tpu_buffer_release(bb);
   tpu_executable_destroy(exe);
   tpu_executable_destroy(NULL);
+}
+
+/* Small programs without loops compile with the CPU plugin's quick options
+ * (executable.c): counted in compiles_quick, and they compute the same. Large
+ * arrays (over 65536 elements, the default bound), dynamic dims and while loops
+ * get the default options. */
+static int64_t compile_tier_quick(const char* text) {
+  int64_t quick0 = tpu_metric_get(TPU_METRIC_QUICK_COMPILES), compiles0 = tpu_metric_get(TPU_METRIC_COMPILES);
+  tpu_executable_t* exe = NULL;
+  EXPECT_OK(compile(text, 1, &exe));
+  tpu_executable_destroy(exe);
+  EXPECT_EQ_INT(tpu_metric_get(TPU_METRIC_COMPILES), compiles0 + 1);
+  return tpu_metric_get(TPU_METRIC_QUICK_COMPILES) - quick0;
+}
+
+TEST(compile_tier_follows_program_size) {
+  /* 256 x 256 = 65536 elements: the largest quick array; 65537 is not. */
+  EXPECT_EQ_INT(compile_tier_quick("module {\n  func.func @main(%a: tensor<256x256xf32>) -> tensor<256x256xf32> {\n"
+                                   "    %0 = \"stablehlo.negate\"(%a) : (tensor<256x256xf32>) -> tensor<256x256xf32>\n"
+                                   "    \"func.return\"(%0) : (tensor<256x256xf32>) -> ()\n  }\n}\n"),
+                1);
+  EXPECT_EQ_INT(compile_tier_quick("module {\n  func.func @main(%a: tensor<65537xf32>) -> tensor<65537xf32> {\n"
+                                   "    %0 = \"stablehlo.negate\"(%a) : (tensor<65537xf32>) -> tensor<65537xf32>\n"
+                                   "    \"func.return\"(%0) : (tensor<65537xf32>) -> ()\n  }\n}\n"),
+                0);
+  /* A small result of a large intermediate counts the intermediate. */
+  EXPECT_EQ_INT(compile_tier_quick(
+                    "module {\n  func.func @main(%a: tensor<f32>) -> tensor<f32> {\n"
+                    "    %0 = \"stablehlo.broadcast_in_dim\"(%a) {broadcast_dimensions = array<i64>} : (tensor<f32>) -> "
+                    "tensor<1000x1000xf32>\n"
+                    "    %z = \"stablehlo.constant\"() {value = dense<0.0> : tensor<f32>} : () -> tensor<f32>\n"
+                    "    %1 = \"stablehlo.reduce\"(%0, %z) ({\n    ^bb0(%x: tensor<f32>, %y: tensor<f32>):\n"
+                    "      %s = \"stablehlo.add\"(%x, %y) : (tensor<f32>, tensor<f32>) -> tensor<f32>\n"
+                    "      \"stablehlo.return\"(%s) : (tensor<f32>) -> ()\n"
+                    "    }) {dimensions = array<i64: 0, 1>} : (tensor<1000x1000xf32>, tensor<f32>) -> tensor<f32>\n"
+                    "    \"func.return\"(%1) : (tensor<f32>) -> ()\n  }\n}\n"),
+                0);
+  /* A loop, however small. */
+  EXPECT_EQ_INT(compile_tier_quick(
+                    "module {\n  func.func @main(%a: tensor<i32>) -> tensor<i32> {\n"
+                    "    %0 = \"stablehlo.while\"(%a) ({\n    ^bb0(%x: tensor<i32>):\n"
+                    "      %c = \"stablehlo.constant\"() {value = dense<10> : tensor<i32>} : () -> tensor<i32>\n"
+                    "      %p = \"stablehlo.compare\"(%x, %c) {comparison_direction = #stablehlo<comparison_direction LT>}"
+                    " : (tensor<i32>, tensor<i32>) -> tensor<i1>\n"
+                    "      \"stablehlo.return\"(%p) : (tensor<i1>) -> ()\n    }, {\n    ^bb0(%x: tensor<i32>):\n"
+                    "      %o = \"stablehlo.constant\"() {value = dense<1> : tensor<i32>} : () -> tensor<i32>\n"
+                    "      %s = \"stablehlo.add\"(%x, %o) : (tensor<i32>, tensor<i32>) -> tensor<i32>\n"
+                    "      \"stablehlo.return\"(%s) : (tensor<i32>) -> ()\n    }) : (tensor<i32>) -> tensor<i32>\n"
+                    "    \"func.return\"(%0) : (tensor<i32>) -> ()\n  }\n}\n"),
+                0);
+  /* The quick executable computes what the default one does. */
+  static const char kSub[] =
+      "module {\n  func.func @main(%a: tensor<5xf32>, %b: tensor<5xf32>) -> tensor<5xf32> {\n"
+      "    %0 = \"stablehlo.subtract\"(%a, %b) : (tensor<5xf32>, tensor<5xf32>) -> tensor<5xf32>\n"
+      "    %1 = \"stablehlo.exponential\"(%0) : (tensor<5xf32>) -> tensor<5xf32>\n"
+      "    \"func.return\"(%1) : (tensor<5xf32>) -> ()\n  }\n}\n";
+  EXPECT_EQ_INT(compile_tier_quick(kSub), 1);
+  tpu_executable_t* exe = NULL;
+  ASSERT_OK(compile(kSub, 1, &exe)); /* the in-process executable cache is above this layer: a disk hit */
+  const float a[5] = {0, 1, 2, -3, 0.5f}, b[5] = {1, 1, 0, 1, -0.25f};
+  float got[5] = {0};
+  execute_binary_f32(exe, a, b, 5, "exp_sub", got);
+  for (int i = 0; i < 5; i++) EXPECT(fabsf(got[i] - expf(a[i] - b[i])) <= 1e-6f * expf(a[i] - b[i]));
+  tpu_executable_destroy(exe);
 }
 
 TEST(execute_two_outputs_with_bool) {
