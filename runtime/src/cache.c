@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "env.h"
+
 #define TPU_CACHE_BUCKETS 4096
 /* Capacity in memory mappings (an entry weighs what its executable's code
  * mapped, tpu_executable_maps): well below vm.max_map_count's default of 65530,
@@ -113,9 +115,8 @@ tpu_cache_entry_t* tpu_cache_lookup(const uint8_t* key, size_t len, uint64_t has
 
 static size_t tpu_cache_capacity_get(void) {
   if (!tpu_cache_capacity) {
-    const char* env = getenv("TORCHTPU_CACHE_CAPACITY");
-    long v = env ? strtol(env, NULL, 10) : 0;
-    tpu_cache_capacity = v > 0 ? (size_t)v : TPU_CACHE_DEFAULT_CAPACITY;
+    tpu_cache_capacity =
+        (size_t)tpu_env_int("TORCHTPU_CACHE_CAPACITY", 1, INT64_MAX, TPU_CACHE_DEFAULT_CAPACITY);
   }
   return tpu_cache_capacity;
 }

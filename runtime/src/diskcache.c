@@ -13,11 +13,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "env.h"
 #include "torchtpu/runtime.h"
 
 #define TPU_DISK_PATH_MAX 4096
@@ -45,11 +45,6 @@ static char* concat(const char* a, const char* b) {
   return s;
 }
 
-static bool env_says_off(const char* v) {
-  return v && (strcmp(v, "0") == 0 || strcasecmp(v, "false") == 0 || strcasecmp(v, "off") == 0 ||
-               strcasecmp(v, "no") == 0);
-}
-
 /* $TORCHTPU_CACHE_DIR, else $XDG_CACHE_HOME/torchtpu (the XDG spec ignores a
  * relative value), else ~/.cache/torchtpu; NULL when none can be named. */
 static char* configured_dir(void) {
@@ -63,14 +58,8 @@ static char* configured_dir(void) {
 }
 
 static void config_init(void) {
-  g_config.dir = env_says_off(getenv("TORCHTPU_DISK_CACHE")) ? NULL : configured_dir();
-  g_config.max_bytes = TPU_DISK_DEFAULT_MAX_BYTES;
-  const char* max = getenv("TORCHTPU_CACHE_MAX_BYTES");
-  if (max && *max) {
-    char* end = NULL;
-    long long v = strtoll(max, &end, 10);
-    if (end && *end == '\0' && v > 0) g_config.max_bytes = v;
-  }
+  g_config.dir = tpu_env_off("TORCHTPU_DISK_CACHE") ? NULL : configured_dir();
+  g_config.max_bytes = tpu_env_int("TORCHTPU_CACHE_MAX_BYTES", 1, INT64_MAX, TPU_DISK_DEFAULT_MAX_BYTES);
 }
 
 static const disk_config_t* config(void) {

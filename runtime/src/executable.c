@@ -8,6 +8,7 @@
 
 #include "device.h"
 #include "diskcache.h"
+#include "env.h"
 #include "tracing.h"
 #include "pjrt/pjrt.h"
 
@@ -57,90 +58,107 @@ static_assert(sizeof TPU_XNN_KEY - 1 == 0x13 && sizeof TPU_EMITTERS_KEY - 1 == 0
 static const char kOptionsPlain[] = TPU_OPTIONS_BASE;
 static const char kOptionsCpu[] = TPU_OPTIONS_BASE TPU_XNN_OFF;
 static const char kOptionsCpuQuick[] = TPU_OPTIONS_BASE TPU_XNN_OFF TPU_EMITTERS_OFF TPU_LLVM_O1;
+static const char kOptionsCpuQuickLoops[] = TPU_OPTIONS_BASE TPU_XNN_OFF TPU_EMITTERS_OFF;
 
 /* Compile tiers. XLA's CPU compile of one small eager op costs 50-90 ms here,
  * most of it the MLIR fusion emitters and LLVM, while the op then runs in
  * microseconds whatever the code quality: the test suite spent 75% of its time
- * compiling. A program whose every array holds at most quick_max_elements
- * elements and that has no loop is compiled with the quick options: about 40%
- * less compile time, the same run time for arrays of that size (measured in
- * docs/compile-cache.md). Loops stay on the default options: a 64 x 128 x 128
- * eigh ran 4x slower compiled quick. Other plugins always get their defaults. */
+ * compiling. So small programs are compiled with quick options (measured in
+ * docs/compile-cache.md):
+ * - no loop, every array at most quick_max_elements elements: the classic
+ *   fusion emitters and LLVM -O1, about 40% less compile time, the same run time;
+ * - with a stablehlo.while, every array at most a quarter of that: the classic
+ *   emitters only, about 35% less compile time for at most 25% more run time.
+ *   Both options together made a 16 x 32 x 32 eigh run 3x slower; past 16384
+ *   elements the classic emitters alone slowed LU and eigh by 1.5x.
+ * Everything else, and every program on other plugins, gets the defaults. */
 #define TPU_QUICK_MAX_ELEMENTS_DEFAULT 65536
+#define TPU_QUICK_LOOPS_DIVISOR 4
+
+typedef enum { TPU_TIER_DEFAULT, TPU_TIER_QUICK, TPU_TIER_QUICK_LOOPS } tpu_tier_t;
 
 /* Set once a CPU plugin rejects an override: it has no such option, so later
  * compiles leave it out. */
 static atomic_bool g_no_xnn_option, g_no_quick_options;
 
-/* TORCHTPU_QUICK_COMPILE_MAX_ELEMENTS, read once: a non-negative integer (0
- * turns the quick tier off); anything else means the default. */
+/* TORCHTPU_QUICK_COMPILE_MAX_ELEMENTS, read once (0 turns the quick tiers off). */
 static int64_t quick_max_elements(void) {
   static atomic_llong cached = -1;
   long long v = atomic_load_explicit(&cached, memory_order_relaxed);
   if (v >= 0) return v;
-  v = TPU_QUICK_MAX_ELEMENTS_DEFAULT;
-  const char* env = getenv("TORCHTPU_QUICK_COMPILE_MAX_ELEMENTS");
-  if (env && *env) {
-    char* end = NULL;
-    long long parsed = strtoll(env, &end, 10);
-    if (end && *end == '\0' && parsed >= 0) v = parsed;
-  }
+  v = tpu_env_int("TORCHTPU_QUICK_COMPILE_MAX_ELEMENTS", 0, INT64_MAX, TPU_QUICK_MAX_ELEMENTS_DEFAULT);
   atomic_store_explicit(&cached, v, memory_order_relaxed);
   return v;
 }
 
-/* Whether every tensor<...> type in the module text has at most `limit`
- * elements (a dynamic dim has no bound) and no stablehlo.while is in it. */
-static bool program_is_small(const char* text, size_t len, int64_t limit) {
+/* The most elements of any tensor<...> type in the module text, counted up to
+ * `limit` (limit + 1 means more, or a dynamic dim); *out_loop: whether a
+ * stablehlo.while is in it. */
+static int64_t program_max_elements(const char* text, size_t len, int64_t limit, bool* out_loop) {
   static const char kTensor[] = "tensor<", kWhile[] = "stablehlo.while";
   const size_t nt = sizeof kTensor - 1, nw = sizeof kWhile - 1;
-  for (size_t i = 0; i < len; i++) {
-    if (text[i] == 's' && len - i >= nw && memcmp(text + i, kWhile, nw) == 0) return false;
+  *out_loop = false;
+  int64_t most = 0;
+  for (size_t i = 0; i < len && most <= limit; i++) {
+    if (text[i] == 's' && len - i >= nw && memcmp(text + i, kWhile, nw) == 0) *out_loop = true;
     if (text[i] != 't' || len - i < nt || memcmp(text + i, kTensor, nt) != 0) continue;
     int64_t elems = 1;
     size_t j = i + nt;
     for (;;) {
-      if (j < len && text[j] == '?') return false;
+      if (j < len && text[j] == '?') return limit + 1;
       if (j >= len || text[j] < '0' || text[j] > '9') break;
       int64_t dim = 0;
       while (j < len && text[j] >= '0' && text[j] <= '9' && dim <= limit) dim = dim * 10 + (text[j++] - '0');
-      if (dim > limit || (dim && elems > limit / dim)) return false;
+      if (dim > limit || (dim && elems > limit / dim)) return limit + 1;
       elems *= dim;
       if (j >= len || text[j] != 'x') break; /* a malformed type: the compile reports it */
       j++;
     }
+    if (elems > most) most = elems;
     i = j;
   }
-  return true;
+  return most;
 }
 
-/* The options for this program on this plugin; *out_quick says whether they are
- * the quick tier's. */
-static const char* compile_options(const char* mlir, size_t len, size_t* out_len, bool* out_quick) {
+/* The program's tier (decided once per program; the options follow from it). */
+static tpu_tier_t program_tier(const char* mlir, size_t len) {
+  if (strcmp(tpu_runtime_platform_name(), "cpu") != 0) return TPU_TIER_DEFAULT;
+  int64_t limit = quick_max_elements();
+  if (limit <= 0) return TPU_TIER_DEFAULT;
+  bool loop = false;
+  int64_t most = program_max_elements(mlir, len, limit, &loop);
+  if (most > limit) return TPU_TIER_DEFAULT;
+  if (!loop) return TPU_TIER_QUICK;
+  return most <= limit / TPU_QUICK_LOOPS_DIVISOR ? TPU_TIER_QUICK_LOOPS : TPU_TIER_DEFAULT;
+}
+
+/* The options for a program of that tier on this plugin, less the overrides it
+ * refused; *out_quick says whether they are a quick tier's. */
+static const char* compile_options(tpu_tier_t tier, size_t* out_len, bool* out_quick) {
   *out_quick = false;
-  const char* options = kOptionsPlain;
-  size_t n = sizeof kOptionsPlain - 1;
-  if (strcmp(tpu_runtime_platform_name(), "cpu") == 0 &&
-      !atomic_load_explicit(&g_no_xnn_option, memory_order_relaxed)) {
-    options = kOptionsCpu;
-    n = sizeof kOptionsCpu - 1;
-    int64_t limit = quick_max_elements();
-    if (limit > 0 && !atomic_load_explicit(&g_no_quick_options, memory_order_relaxed) &&
-        program_is_small(mlir, len, limit)) {
-      options = kOptionsCpuQuick;
-      n = sizeof kOptionsCpuQuick - 1;
-      *out_quick = true;
-    }
+  *out_len = sizeof kOptionsPlain - 1;
+  if (strcmp(tpu_runtime_platform_name(), "cpu") != 0 ||
+      atomic_load_explicit(&g_no_xnn_option, memory_order_relaxed))
+    return kOptionsPlain;
+  if (tier == TPU_TIER_DEFAULT || atomic_load_explicit(&g_no_quick_options, memory_order_relaxed)) {
+    *out_len = sizeof kOptionsCpu - 1;
+    return kOptionsCpu;
   }
-  *out_len = n;
-  return options;
+  *out_quick = true;
+  if (tier == TPU_TIER_QUICK_LOOPS) {
+    *out_len = sizeof kOptionsCpuQuickLoops - 1;
+    return kOptionsCpuQuickLoops;
+  }
+  *out_len = sizeof kOptionsCpuQuick - 1;
+  return kOptionsCpuQuick;
 }
 
 /* After a failed compile: whether the plugin refused one of our overrides (then
  * it is left out from now on and the compile is worth another try). */
 static bool drop_refused_override(const char* options, const char* msg) {
   if (!msg || options == kOptionsPlain) return false;
-  if (options == kOptionsCpuQuick && (strstr(msg, TPU_EMITTERS_KEY) || strstr(msg, TPU_LLVM_KEY))) {
+  if ((options == kOptionsCpuQuick || options == kOptionsCpuQuickLoops) &&
+      (strstr(msg, TPU_EMITTERS_KEY) || strstr(msg, TPU_LLVM_KEY))) {
     atomic_store_explicit(&g_no_quick_options, true, memory_order_relaxed);
     return true;
   }
@@ -154,7 +172,7 @@ static bool drop_refused_override(const char* options, const char* msg) {
 /* Compiles with this plugin's options for the program, asking again without an
  * override the plugin refuses. *out_options / *out_options_len: the options of
  * the successful compile (the disk cache keys on them); *out_quick: its tier. */
-static tpu_status_t* compile_program(const PJRT_Api* api, PJRT_Program* program,
+static tpu_status_t* compile_program(const PJRT_Api* api, PJRT_Program* program, tpu_tier_t tier,
                                      PJRT_LoadedExecutable** out_loaded, const char** out_options,
                                      size_t* out_options_len, bool* out_quick) {
   *out_loaded = NULL;
@@ -168,7 +186,7 @@ static tpu_status_t* compile_program(const PJRT_Api* api, PJRT_Program* program,
     TPU_PJRT_ARGS(PJRT_Client_Compile_Args, args, executable);
     args.client = tpu_client_pjrt();
     args.program = program;
-    args.compile_options = compile_options(program->code, program->code_size, &len, &quick);
+    args.compile_options = compile_options(tier, &len, &quick);
     args.compile_options_size = len;
     status = TPU_PJRT_CALL(api, Client_Compile, &args);
     if (!status) {
@@ -227,7 +245,8 @@ static tpu_status_t* load_or_compile(const PJRT_Api* api, const char* mlir, size
   tpu_disk_key_t key;
   size_t options_len = 0;
   bool quick = false;
-  const char* options = compile_options(mlir, len, &options_len, &quick);
+  tpu_tier_t tier = program_tier(mlir, len);
+  const char* options = compile_options(tier, &options_len, &quick);
   if (disk) {
     tpu_disk_cache_key(mlir, len, options, options_len, &key);
     tpu_trace_range_t lookup = tpu_trace_begin(TPU_TRACE_DISK_LOOKUP, NULL);
@@ -247,7 +266,7 @@ static tpu_status_t* load_or_compile(const PJRT_Api* api, const char* mlir, size
   size_t used_len = 0;
   int64_t t0 = now_ns();
   tpu_trace_range_t range = tpu_trace_begin(TPU_TRACE_COMPILE, NULL);
-  tpu_status_t* status = compile_program(api, &program, out_loaded, &used, &used_len, &quick);
+  tpu_status_t* status = compile_program(api, &program, tier, out_loaded, &used, &used_len, &quick);
   tpu_trace_end(range);
   tpu_metric_add(TPU_METRIC_COMPILES, 1);
   tpu_metric_add(TPU_METRIC_COMPILE_NS, now_ns() - t0);

@@ -25,6 +25,7 @@
 
 #include "cache.h"
 #include "device.h"
+#include "env.h"
 #include "key.h"
 #include "strbuf.h"
 
@@ -79,9 +80,7 @@ static int fuse_limit(void) {
   static atomic_int limit;
   int n = atomic_load_explicit(&limit, memory_order_relaxed);
   if (n > 0) return n;
-  const char* env = getenv("TORCHTPU_FUSED_MAX_OPS");
-  long v = env && *env ? strtol(env, NULL, 10) : FUSE_DEFAULT_LIMIT;
-  n = v < 1 ? 1 : v > 1000000 ? 1000000 : (int)v;
+  n = (int)tpu_env_int("TORCHTPU_FUSED_MAX_OPS", 1, 1000000, FUSE_DEFAULT_LIMIT);
   atomic_store_explicit(&limit, n, memory_order_relaxed);
   return n;
 }

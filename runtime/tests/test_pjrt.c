@@ -528,26 +528,45 @@ TEST(compile_and_execute_add) {
 
 /* Small programs without loops compile with the CPU plugin's quick options
  * (executable.c): counted in compiles_quick, and they compute the same. Large
- * arrays (over 65536 elements, the default bound), dynamic dims and while loops
- * get the default options. */
-static int64_t compile_tier_quick(const char* text) {
+ * arrays (over 65536 elements, the default bound; over 16384 with a while loop)
+ * and dynamic dims get the default options. */
+static int64_t compile_tier_quick(const char* text, int nouts) {
   int64_t quick0 = tpu_metric_get(TPU_METRIC_QUICK_COMPILES), compiles0 = tpu_metric_get(TPU_METRIC_COMPILES);
   tpu_executable_t* exe = NULL;
-  EXPECT_OK(compile(text, 1, &exe));
+  EXPECT_OK(compile(text, nouts, &exe));
   tpu_executable_destroy(exe);
   EXPECT_EQ_INT(tpu_metric_get(TPU_METRIC_COMPILES), compiles0 + 1);
   return tpu_metric_get(TPU_METRIC_QUICK_COMPILES) - quick0;
+}
+
+/* A counting loop next to a negation of an array of n elements. */
+static int64_t compile_tier_quick_loop(int64_t n) {
+  char text[2048];
+  snprintf(text, sizeof text,
+           "module {\n  func.func @main(%%a: tensor<i32>, %%b: tensor<%lldxf32>) -> (tensor<i32>, tensor<%lldxf32>) {\n"
+           "    %%0 = \"stablehlo.while\"(%%a) ({\n    ^bb0(%%x: tensor<i32>):\n"
+           "      %%c = \"stablehlo.constant\"() {value = dense<10> : tensor<i32>} : () -> tensor<i32>\n"
+           "      %%p = \"stablehlo.compare\"(%%x, %%c) {comparison_direction = #stablehlo<comparison_direction LT>}"
+           " : (tensor<i32>, tensor<i32>) -> tensor<i1>\n"
+           "      \"stablehlo.return\"(%%p) : (tensor<i1>) -> ()\n    }, {\n    ^bb0(%%x: tensor<i32>):\n"
+           "      %%o = \"stablehlo.constant\"() {value = dense<1> : tensor<i32>} : () -> tensor<i32>\n"
+           "      %%s = \"stablehlo.add\"(%%x, %%o) : (tensor<i32>, tensor<i32>) -> tensor<i32>\n"
+           "      \"stablehlo.return\"(%%s) : (tensor<i32>) -> ()\n    }) : (tensor<i32>) -> tensor<i32>\n"
+           "    %%1 = \"stablehlo.negate\"(%%b) : (tensor<%lldxf32>) -> tensor<%lldxf32>\n"
+           "    \"func.return\"(%%0, %%1) : (tensor<i32>, tensor<%lldxf32>) -> ()\n  }\n}\n",
+           (long long)n, (long long)n, (long long)n, (long long)n, (long long)n);
+  return compile_tier_quick(text, 2);
 }
 
 TEST(compile_tier_follows_program_size) {
   /* 256 x 256 = 65536 elements: the largest quick array; 65537 is not. */
   EXPECT_EQ_INT(compile_tier_quick("module {\n  func.func @main(%a: tensor<256x256xf32>) -> tensor<256x256xf32> {\n"
                                    "    %0 = \"stablehlo.negate\"(%a) : (tensor<256x256xf32>) -> tensor<256x256xf32>\n"
-                                   "    \"func.return\"(%0) : (tensor<256x256xf32>) -> ()\n  }\n}\n"),
+                                   "    \"func.return\"(%0) : (tensor<256x256xf32>) -> ()\n  }\n}\n", 1),
                 1);
   EXPECT_EQ_INT(compile_tier_quick("module {\n  func.func @main(%a: tensor<65537xf32>) -> tensor<65537xf32> {\n"
                                    "    %0 = \"stablehlo.negate\"(%a) : (tensor<65537xf32>) -> tensor<65537xf32>\n"
-                                   "    \"func.return\"(%0) : (tensor<65537xf32>) -> ()\n  }\n}\n"),
+                                   "    \"func.return\"(%0) : (tensor<65537xf32>) -> ()\n  }\n}\n", 1),
                 0);
   /* A small result of a large intermediate counts the intermediate. */
   EXPECT_EQ_INT(compile_tier_quick(
@@ -559,28 +578,19 @@ TEST(compile_tier_follows_program_size) {
                     "      %s = \"stablehlo.add\"(%x, %y) : (tensor<f32>, tensor<f32>) -> tensor<f32>\n"
                     "      \"stablehlo.return\"(%s) : (tensor<f32>) -> ()\n"
                     "    }) {dimensions = array<i64: 0, 1>} : (tensor<1000x1000xf32>, tensor<f32>) -> tensor<f32>\n"
-                    "    \"func.return\"(%1) : (tensor<f32>) -> ()\n  }\n}\n"),
+                    "    \"func.return\"(%1) : (tensor<f32>) -> ()\n  }\n}\n",
+                    1),
                 0);
-  /* A loop, however small. */
-  EXPECT_EQ_INT(compile_tier_quick(
-                    "module {\n  func.func @main(%a: tensor<i32>) -> tensor<i32> {\n"
-                    "    %0 = \"stablehlo.while\"(%a) ({\n    ^bb0(%x: tensor<i32>):\n"
-                    "      %c = \"stablehlo.constant\"() {value = dense<10> : tensor<i32>} : () -> tensor<i32>\n"
-                    "      %p = \"stablehlo.compare\"(%x, %c) {comparison_direction = #stablehlo<comparison_direction LT>}"
-                    " : (tensor<i32>, tensor<i32>) -> tensor<i1>\n"
-                    "      \"stablehlo.return\"(%p) : (tensor<i1>) -> ()\n    }, {\n    ^bb0(%x: tensor<i32>):\n"
-                    "      %o = \"stablehlo.constant\"() {value = dense<1> : tensor<i32>} : () -> tensor<i32>\n"
-                    "      %s = \"stablehlo.add\"(%x, %o) : (tensor<i32>, tensor<i32>) -> tensor<i32>\n"
-                    "      \"stablehlo.return\"(%s) : (tensor<i32>) -> ()\n    }) : (tensor<i32>) -> tensor<i32>\n"
-                    "    \"func.return\"(%0) : (tensor<i32>) -> ()\n  }\n}\n"),
-                0);
+  /* With a loop, a quarter of that bound: 16384 elements. */
+  EXPECT_EQ_INT(compile_tier_quick_loop(16384), 1);
+  EXPECT_EQ_INT(compile_tier_quick_loop(16385), 0);
   /* The quick executable computes what the default one does. */
   static const char kSub[] =
       "module {\n  func.func @main(%a: tensor<5xf32>, %b: tensor<5xf32>) -> tensor<5xf32> {\n"
       "    %0 = \"stablehlo.subtract\"(%a, %b) : (tensor<5xf32>, tensor<5xf32>) -> tensor<5xf32>\n"
       "    %1 = \"stablehlo.exponential\"(%0) : (tensor<5xf32>) -> tensor<5xf32>\n"
       "    \"func.return\"(%1) : (tensor<5xf32>) -> ()\n  }\n}\n";
-  EXPECT_EQ_INT(compile_tier_quick(kSub), 1);
+  EXPECT_EQ_INT(compile_tier_quick(kSub, 1), 1);
   tpu_executable_t* exe = NULL;
   ASSERT_OK(compile(kSub, 1, &exe)); /* the in-process executable cache is above this layer: a disk hit */
   const float a[5] = {0, 1, 2, -3, 0.5f}, b[5] = {1, 1, 0, 1, -0.25f};
