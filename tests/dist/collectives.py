@@ -73,6 +73,18 @@ def run_all():
         x = t([r + 1.0])
         dist.all_reduce(x, op=dist._make_nccl_premul_sum(factor))
         close(x, [0.25 * base.sum().item()])
+    # Each rank scales its own contribution: rank r's factor is r + 1, so the sum
+    # is sum((r + 1) * x_r), not (r + 1) * sum(x_r).
+    weighted = (base * base).sum().item()
+    for factor in (float(r + 1), torch.tensor(float(r + 1)).to("tpu")):
+        x = t([r + 1.0])
+        dist.all_reduce(x, op=dist._make_nccl_premul_sum(factor))
+        close(x, [weighted])
+        dist.reduce_scatter_tensor(out, t([float(r + 1)] * (2 * n)), op=dist._make_nccl_premul_sum(factor))
+        close(out, [weighted] * 2)
+        outs = [torch.zeros(1).to("tpu")]
+        dist.reduce_scatter(outs[0], [t([float(r + 1)]) for _ in range(n)], op=dist._make_nccl_premul_sum(factor))
+        close(outs[0], [weighted])
     # all_to_all_single with uneven splits: rank r sends i+1 values to rank i
     in_splits = [i + 1 for i in range(n)]
     out_splits = [r + 1] * n

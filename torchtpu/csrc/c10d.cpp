@@ -204,6 +204,7 @@ class TpuBackend final : public c10d::Backend {
   WorkPtr reduce_scatter(Tensors& outs, TensorLists& ins, const c10d::ReduceScatterOptions& o) override {
     check_op("reduce_scatter", o.reduceOp, outs);
     WorkPtr w = run_in_lists("reduce_scatter", OpType::REDUCE_SCATTER, outs, ins, [&](Tensors& ho, TensorLists& hi) {
+      for (Tensors& l : hi) premul(o.reduceOp, l);
       return host_->reduce_scatter(ho, hi, with_sum(o));
     });
     finish_scale(o.reduceOp, outs);
@@ -213,6 +214,7 @@ class TpuBackend final : public c10d::Backend {
     Tensors outs{out}, ins{in};
     check_op("reduce_scatter_tensor", o.reduceOp, outs);
     WorkPtr w = run("reduce_scatter_tensor", OpType::_REDUCE_SCATTER_BASE, outs, ins, [&](Tensors& ho, Tensors& hi) {
+      premul(o.reduceOp, hi);
       return host_->_reduce_scatter_base(ho[0], hi[0], with_sum(o));
     });
     finish_scale(o.reduceOp, outs);
@@ -223,6 +225,7 @@ class TpuBackend final : public c10d::Backend {
     check_op("reduce_scatter_tensor_coalesced", o.reduceOp, outs);
     WorkPtr w = run("reduce_scatter_tensor_coalesced", OpType::REDUCE_SCATTER_TENSOR_COALESCED, outs, ins,
                     [&](Tensors& ho, Tensors& hi) {
+                      premul(o.reduceOp, hi);
                       return host_->reduce_scatter_tensor_coalesced(ho, hi, with_sum(o));
                     });
     finish_scale(o.reduceOp, outs);
@@ -348,21 +351,30 @@ class TpuBackend final : public c10d::Backend {
     h.reduceOp = host_op(o.reduceOp);
     return h;
   }
-  void finish_scale(const c10d::ReduceOp& op, Tensors& outs) const {
-    if (op.op_ == c10d::ReduceOp::AVG) {
-      for (at::Tensor& t : outs) t.div_(getSize());
-    } else if (op.op_ == c10d::ReduceOp::PREMUL_SUM) {
-      const auto* f = static_cast<const c10d::PreMulSumSupplement*>(op.supplement_.get());
-      for (at::Tensor& t : outs) {
-        if (f->tensor_factor.defined()) t.mul_(f->tensor_factor.to(t.device()));
-        else t.mul_(f->double_factor);
-      }
+  // PREMUL_SUM scales each rank's own contribution before the sum (ranks may
+  // pass different factors), so the factor goes on the host copies of the
+  // inputs, which are this backend's own.
+  static void premul(const c10d::ReduceOp& op, Tensors& host_ins) {
+    if (op.op_ != c10d::ReduceOp::PREMUL_SUM) return;
+    const auto* f = static_cast<const c10d::PreMulSumSupplement*>(op.supplement_.get());
+    at::Tensor factor = f->tensor_factor.defined() ? f->tensor_factor.to(at::kCPU) : at::Tensor();
+    for (at::Tensor& t : host_ins) {
+      if (factor.defined()) t.mul_(factor);
+      else t.mul_(f->double_factor);
     }
+  }
+  // AVG is a SUM on the host, divided here.
+  void finish_scale(const c10d::ReduceOp& op, Tensors& outs) const {
+    if (op.op_ != c10d::ReduceOp::AVG) return;
+    for (at::Tensor& t : outs) t.div_(getSize());
   }
   WorkPtr reduce_like(const char* what, OpType op, Tensors& ts, const c10d::ReduceOp& rop,
                       const std::function<WorkPtr(Tensors&, const c10d::ReduceOp&)>& call) {
     check_op(what, rop, ts);
-    WorkPtr w = run(what, op, ts, ts, [&](Tensors& h, Tensors&) { return call(h, host_op(rop)); });
+    WorkPtr w = run(what, op, ts, ts, [&](Tensors& h, Tensors&) {
+      premul(rop, h);
+      return call(h, host_op(rop));
+    });
     finish_scale(rop, ts);
     return w;
   }
