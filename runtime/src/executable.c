@@ -60,6 +60,28 @@ static const char kOptionsCpu[] = TPU_OPTIONS_BASE TPU_XNN_OFF;
 static const char kOptionsCpuQuick[] = TPU_OPTIONS_BASE TPU_XNN_OFF TPU_EMITTERS_OFF TPU_LLVM_O1;
 static const char kOptionsCpuQuickLoops[] = TPU_OPTIONS_BASE TPU_XNN_OFF TPU_EMITTERS_OFF;
 
+/* The option sets a compile can send; `quick` ones are counted in
+ * compiles_quick and are the ones that carry the quick overrides. */
+typedef enum {
+  TPU_OPTIONS_PLAIN,
+  TPU_OPTIONS_CPU,
+  TPU_OPTIONS_CPU_QUICK,
+  TPU_OPTIONS_CPU_QUICK_LOOPS,
+  TPU_OPTIONS_COUNT
+} tpu_options_t;
+#define TPU_OPTIONS_ROW(text, is_quick) {(text), sizeof(text) - 1, (is_quick)}
+static const struct {
+  const char* bytes;
+  size_t len;
+  bool quick;
+} kOptions[] = {
+    [TPU_OPTIONS_PLAIN] = TPU_OPTIONS_ROW(kOptionsPlain, false),
+    [TPU_OPTIONS_CPU] = TPU_OPTIONS_ROW(kOptionsCpu, false),
+    [TPU_OPTIONS_CPU_QUICK] = TPU_OPTIONS_ROW(kOptionsCpuQuick, true),
+    [TPU_OPTIONS_CPU_QUICK_LOOPS] = TPU_OPTIONS_ROW(kOptionsCpuQuickLoops, true),
+};
+static_assert(sizeof kOptions / sizeof kOptions[0] == TPU_OPTIONS_COUNT, "one row per option set");
+
 /* Compile tiers. XLA's CPU compile of one small eager op costs 50-90 ms here,
  * most of it the MLIR fusion emitters and LLVM, while the op then runs in
  * microseconds whatever the code quality: the test suite spent 75% of its time
@@ -71,11 +93,12 @@ static const char kOptionsCpuQuickLoops[] = TPU_OPTIONS_BASE TPU_XNN_OFF TPU_EMI
  *   emitters only, about 35% less compile time for at most 25% more run time.
  *   Both options together made a 16 x 32 x 32 eigh run 3x slower; past 16384
  *   elements the classic emitters alone slowed LU and eigh by 1.5x.
- * Everything else, and every program on other plugins, gets the defaults. */
+ * Everything else gets the CPU defaults; programs for other plugins the plain
+ * options (TPU_TIER_OTHER_PLUGIN). */
 #define TPU_QUICK_MAX_ELEMENTS_DEFAULT 65536
 #define TPU_QUICK_LOOPS_DIVISOR 4
 
-typedef enum { TPU_TIER_DEFAULT, TPU_TIER_QUICK, TPU_TIER_QUICK_LOOPS } tpu_tier_t;
+typedef enum { TPU_TIER_OTHER_PLUGIN, TPU_TIER_DEFAULT, TPU_TIER_QUICK, TPU_TIER_QUICK_LOOPS } tpu_tier_t;
 
 /* Set once a CPU plugin rejects an override: it has no such option, so later
  * compiles leave it out. */
@@ -122,7 +145,7 @@ static int64_t program_max_elements(const char* text, size_t len, int64_t limit,
 
 /* The program's tier (decided once per program; the options follow from it). */
 static tpu_tier_t program_tier(const char* mlir, size_t len) {
-  if (strcmp(tpu_runtime_platform_name(), "cpu") != 0) return TPU_TIER_DEFAULT;
+  if (strcmp(tpu_runtime_platform_name(), "cpu") != 0) return TPU_TIER_OTHER_PLUGIN;
   int64_t limit = quick_max_elements();
   if (limit <= 0) return TPU_TIER_DEFAULT;
   bool loop = false;
@@ -132,33 +155,20 @@ static tpu_tier_t program_tier(const char* mlir, size_t len) {
   return most <= limit / TPU_QUICK_LOOPS_DIVISOR ? TPU_TIER_QUICK_LOOPS : TPU_TIER_DEFAULT;
 }
 
-/* The options for a program of that tier on this plugin, less the overrides it
- * refused; *out_quick says whether they are a quick tier's. */
-static const char* compile_options(tpu_tier_t tier, size_t* out_len, bool* out_quick) {
-  *out_quick = false;
-  *out_len = sizeof kOptionsPlain - 1;
-  if (strcmp(tpu_runtime_platform_name(), "cpu") != 0 ||
-      atomic_load_explicit(&g_no_xnn_option, memory_order_relaxed))
-    return kOptionsPlain;
-  if (tier == TPU_TIER_DEFAULT || atomic_load_explicit(&g_no_quick_options, memory_order_relaxed)) {
-    *out_len = sizeof kOptionsCpu - 1;
-    return kOptionsCpu;
-  }
-  *out_quick = true;
-  if (tier == TPU_TIER_QUICK_LOOPS) {
-    *out_len = sizeof kOptionsCpuQuickLoops - 1;
-    return kOptionsCpuQuickLoops;
-  }
-  *out_len = sizeof kOptionsCpuQuick - 1;
-  return kOptionsCpuQuick;
+/* The options for a program of that tier, less the overrides the plugin refused. */
+static tpu_options_t compile_options(tpu_tier_t tier) {
+  if (tier == TPU_TIER_OTHER_PLUGIN || atomic_load_explicit(&g_no_xnn_option, memory_order_relaxed))
+    return TPU_OPTIONS_PLAIN;
+  if (tier == TPU_TIER_DEFAULT || atomic_load_explicit(&g_no_quick_options, memory_order_relaxed))
+    return TPU_OPTIONS_CPU;
+  return tier == TPU_TIER_QUICK_LOOPS ? TPU_OPTIONS_CPU_QUICK_LOOPS : TPU_OPTIONS_CPU_QUICK;
 }
 
 /* After a failed compile: whether the plugin refused one of our overrides (then
  * it is left out from now on and the compile is worth another try). */
-static bool drop_refused_override(const char* options, const char* msg) {
-  if (!msg || options == kOptionsPlain) return false;
-  if ((options == kOptionsCpuQuick || options == kOptionsCpuQuickLoops) &&
-      (strstr(msg, TPU_EMITTERS_KEY) || strstr(msg, TPU_LLVM_KEY))) {
+static bool drop_refused_override(tpu_options_t options, const char* msg) {
+  if (!msg || options == TPU_OPTIONS_PLAIN) return false;
+  if (kOptions[options].quick && (strstr(msg, TPU_EMITTERS_KEY) || strstr(msg, TPU_LLVM_KEY))) {
     atomic_store_explicit(&g_no_quick_options, true, memory_order_relaxed);
     return true;
   }
@@ -170,33 +180,27 @@ static bool drop_refused_override(const char* options, const char* msg) {
 }
 
 /* Compiles with this plugin's options for the program, asking again without an
- * override the plugin refuses. *out_options / *out_options_len: the options of
- * the successful compile (the disk cache keys on them); *out_quick: its tier. */
+ * override the plugin refuses. *out_options: the options of the successful
+ * compile (the disk cache keys on them). */
 static tpu_status_t* compile_program(const PJRT_Api* api, PJRT_Program* program, tpu_tier_t tier,
-                                     PJRT_LoadedExecutable** out_loaded, const char** out_options,
-                                     size_t* out_options_len, bool* out_quick) {
+                                     PJRT_LoadedExecutable** out_loaded, tpu_options_t* out_options) {
   *out_loaded = NULL;
-  *out_options = NULL;
-  *out_options_len = 0;
-  *out_quick = false;
+  *out_options = TPU_OPTIONS_PLAIN;
   tpu_status_t* status = NULL;
   for (int attempt = 0; attempt < 3; attempt++) {
-    bool quick = false;
-    size_t len = 0;
+    tpu_options_t options = compile_options(tier);
     TPU_PJRT_ARGS(PJRT_Client_Compile_Args, args, executable);
     args.client = tpu_client_pjrt();
     args.program = program;
-    args.compile_options = compile_options(tier, &len, &quick);
-    args.compile_options_size = len;
+    args.compile_options = kOptions[options].bytes;
+    args.compile_options_size = kOptions[options].len;
     status = TPU_PJRT_CALL(api, Client_Compile, &args);
     if (!status) {
       *out_loaded = args.executable;
-      *out_options = args.compile_options;
-      *out_options_len = len;
-      *out_quick = quick;
+      *out_options = options;
       return NULL;
     }
-    if (!drop_refused_override(args.compile_options, tpu_status_message(status))) return status;
+    if (!drop_refused_override(options, tpu_status_message(status))) return status;
     tpu_status_free(status);
   }
   return status;
@@ -243,12 +247,10 @@ static tpu_status_t* load_or_compile(const PJRT_Api* api, const char* mlir, size
   *out_loaded = NULL;
   bool disk = tpu_disk_cache_enabled();
   tpu_disk_key_t key;
-  size_t options_len = 0;
-  bool quick = false;
   tpu_tier_t tier = program_tier(mlir, len);
-  const char* options = compile_options(tier, &options_len, &quick);
+  tpu_options_t options = compile_options(tier);
   if (disk) {
-    tpu_disk_cache_key(mlir, len, options, options_len, &key);
+    tpu_disk_cache_key(mlir, len, kOptions[options].bytes, kOptions[options].len, &key);
     tpu_trace_range_t lookup = tpu_trace_begin(TPU_TRACE_DISK_LOOKUP, NULL);
     *out_loaded = tpu_disk_cache_load(api, &key);
     tpu_trace_end(lookup);
@@ -262,18 +264,17 @@ static tpu_status_t* load_or_compile(const PJRT_Api* api, const char* mlir, size
   program.code_size = len;
   program.format = "mlir";
   program.format_size = 4;
-  const char* used = NULL;
-  size_t used_len = 0;
+  tpu_options_t used = TPU_OPTIONS_PLAIN;
   int64_t t0 = now_ns();
   tpu_trace_range_t range = tpu_trace_begin(TPU_TRACE_COMPILE, NULL);
-  tpu_status_t* status = compile_program(api, &program, tier, out_loaded, &used, &used_len, &quick);
+  tpu_status_t* status = compile_program(api, &program, tier, out_loaded, &used);
   tpu_trace_end(range);
   tpu_metric_add(TPU_METRIC_COMPILES, 1);
   tpu_metric_add(TPU_METRIC_COMPILE_NS, now_ns() - t0);
   TPU_RETURN_IF_ERROR(status);
-  if (quick) tpu_metric_add(TPU_METRIC_QUICK_COMPILES, 1);
+  if (kOptions[used].quick) tpu_metric_add(TPU_METRIC_QUICK_COMPILES, 1);
   if (disk) {
-    if (used != options) tpu_disk_cache_key(mlir, len, used, used_len, &key);
+    if (used != options) tpu_disk_cache_key(mlir, len, kOptions[used].bytes, kOptions[used].len, &key);
     tpu_disk_cache_store(api, &key, *out_loaded);
   }
   return NULL;

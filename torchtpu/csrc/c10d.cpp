@@ -15,6 +15,7 @@
 #include <functional>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "common.h"
@@ -149,27 +150,16 @@ class TpuBackend final : public c10d::Backend {
     return run("broadcast", OpType::BROADCAST, ts, ts, [&](Tensors& h, Tensors&) { return host_->broadcast(h, o); });
   }
   WorkPtr allreduce(Tensors& ts, const c10d::AllreduceOptions& o) override {
-    return reduce_like("all_reduce", OpType::ALLREDUCE, ts, o.reduceOp,
-                       [&](Tensors& h, const c10d::ReduceOp& op) {
-                         c10d::AllreduceOptions ho = o;
-                         ho.reduceOp = op;
-                         return host_->allreduce(h, ho);
-                       });
+    return run_reducing("all_reduce", OpType::ALLREDUCE, ts, ts, o,
+                        [&](Tensors& h, Tensors&, const auto& ho) { return host_->allreduce(h, ho); });
   }
   WorkPtr allreduce_coalesced(Tensors& ts, const c10d::AllreduceCoalescedOptions& o) override {
-    return reduce_like("all_reduce_coalesced", OpType::ALLREDUCE_COALESCED, ts, o.reduceOp,
-                       [&](Tensors& h, const c10d::ReduceOp& op) {
-                         c10d::AllreduceCoalescedOptions ho = o;
-                         ho.reduceOp = op;
-                         return host_->allreduce_coalesced(h, ho);
-                       });
+    return run_reducing("all_reduce_coalesced", OpType::ALLREDUCE_COALESCED, ts, ts, o,
+                        [&](Tensors& h, Tensors&, const auto& ho) { return host_->allreduce_coalesced(h, ho); });
   }
   WorkPtr reduce(Tensors& ts, const c10d::ReduceOptions& o) override {
-    return reduce_like("reduce", OpType::REDUCE, ts, o.reduceOp, [&](Tensors& h, const c10d::ReduceOp& op) {
-      c10d::ReduceOptions ho = o;
-      ho.reduceOp = op;
-      return host_->reduce(h, ho);
-    });
+    return run_reducing("reduce", OpType::REDUCE, ts, ts, o,
+                        [&](Tensors& h, Tensors&, const auto& ho) { return host_->reduce(h, ho); });
   }
   WorkPtr allgather(TensorLists& outs, Tensors& ins, const c10d::AllgatherOptions& o) override {
     return run_lists("all_gather", OpType::ALLGATHER, outs, ins,
@@ -202,34 +192,24 @@ class TpuBackend final : public c10d::Backend {
                         [&](Tensors& ho, TensorLists& hi) { return host_->scatter(ho, hi, o); });
   }
   WorkPtr reduce_scatter(Tensors& outs, TensorLists& ins, const c10d::ReduceScatterOptions& o) override {
-    check_op("reduce_scatter", o.reduceOp, outs);
-    WorkPtr w = run_in_lists("reduce_scatter", OpType::REDUCE_SCATTER, outs, ins, [&](Tensors& ho, TensorLists& hi) {
-      for (Tensors& l : hi) premul(o.reduceOp, l);
-      return host_->reduce_scatter(ho, hi, with_sum(o));
-    });
-    finish_scale(o.reduceOp, outs);
-    return w;
+    return run_reducing("reduce_scatter", OpType::REDUCE_SCATTER, outs, ins, o,
+                        [&](Tensors& ho, TensorLists& hi, const auto& opts) {
+                          return host_->reduce_scatter(ho, hi, opts);
+                        });
   }
   WorkPtr _reduce_scatter_base(at::Tensor& out, at::Tensor& in, const c10d::ReduceScatterOptions& o) override {
     Tensors outs{out}, ins{in};
-    check_op("reduce_scatter_tensor", o.reduceOp, outs);
-    WorkPtr w = run("reduce_scatter_tensor", OpType::_REDUCE_SCATTER_BASE, outs, ins, [&](Tensors& ho, Tensors& hi) {
-      premul(o.reduceOp, hi);
-      return host_->_reduce_scatter_base(ho[0], hi[0], with_sum(o));
-    });
-    finish_scale(o.reduceOp, outs);
-    return w;
+    return run_reducing("reduce_scatter_tensor", OpType::_REDUCE_SCATTER_BASE, outs, ins, o,
+                        [&](Tensors& ho, Tensors& hi, const auto& opts) {
+                          return host_->_reduce_scatter_base(ho[0], hi[0], opts);
+                        });
   }
   WorkPtr reduce_scatter_tensor_coalesced(Tensors& outs, Tensors& ins,
                                           const c10d::ReduceScatterOptions& o) override {
-    check_op("reduce_scatter_tensor_coalesced", o.reduceOp, outs);
-    WorkPtr w = run("reduce_scatter_tensor_coalesced", OpType::REDUCE_SCATTER_TENSOR_COALESCED, outs, ins,
-                    [&](Tensors& ho, Tensors& hi) {
-                      premul(o.reduceOp, hi);
-                      return host_->reduce_scatter_tensor_coalesced(ho, hi, with_sum(o));
-                    });
-    finish_scale(o.reduceOp, outs);
-    return w;
+    return run_reducing("reduce_scatter_tensor_coalesced", OpType::REDUCE_SCATTER_TENSOR_COALESCED, outs, ins, o,
+                        [&](Tensors& ho, Tensors& hi, const auto& opts) {
+                          return host_->reduce_scatter_tensor_coalesced(ho, hi, opts);
+                        });
   }
   WorkPtr alltoall_base(at::Tensor& out, at::Tensor& in, std::vector<int64_t>& out_splits,
                         std::vector<int64_t>& in_splits, const c10d::AllToAllOptions& o) override {
@@ -324,10 +304,30 @@ class TpuBackend final : public c10d::Backend {
   }
 
   // gloo has neither AVG nor PREMUL_SUM (NCCL's sum of factor * x, which FSDP2
-  // uses for a gradient divide factor): both run as a SUM whose result is then
-  // scaled, by 1 / group size or by the factor (floating point only, as an
-  // integer average would round). Checked before any data moves, so a bad call
-  // never leaves the peers half-reduced.
+  // uses for a gradient divide factor): both run as a SUM on the host. PREMUL_SUM
+  // scales each rank's own contribution before the sum (ranks may pass different
+  // factors), so its factor goes on the staged host inputs, which are this
+  // backend's own; AVG divides the sum by the group size (floating point only, as
+  // an integer average would round). Checked before any data moves, so a bad call
+  // never leaves the peers half-reduced. `call` gets the host tensors and the
+  // options with the host's op.
+  template <typename Ins, typename Opts, typename Call>
+  WorkPtr run_reducing(const char* what, OpType op, Tensors& outs, Ins& ins, const Opts& o, Call call) {
+    check_op(what, o.reduceOp, outs);
+    Opts host_opts = o;
+    if (scaled(o.reduceOp)) host_opts.reduceOp = c10d::ReduceOp(c10d::ReduceOp::SUM);
+    auto body = [&](Tensors& ho, Ins& hi) {
+      premul(o.reduceOp, hi);
+      return call(ho, hi, host_opts);
+    };
+    WorkPtr w;
+    if constexpr (std::is_same_v<Ins, TensorLists>) w = run_in_lists(what, op, outs, ins, body);
+    else w = run(what, op, outs, ins, body);
+    if (o.reduceOp.op_ == c10d::ReduceOp::AVG) {
+      for (at::Tensor& t : outs) t.div_(getSize());
+    }
+    return w;
+  }
   static bool scaled(const c10d::ReduceOp& op) {
     return op.op_ == c10d::ReduceOp::AVG || op.op_ == c10d::ReduceOp::PREMUL_SUM;
   }
@@ -342,18 +342,6 @@ class TpuBackend final : public c10d::Backend {
                   t.scalar_type());
     }
   }
-  static c10d::ReduceOp host_op(const c10d::ReduceOp& op) {
-    return scaled(op) ? c10d::ReduceOp(c10d::ReduceOp::SUM) : op;
-  }
-  template <typename Opts>
-  static Opts with_sum(const Opts& o) {
-    Opts h = o;
-    h.reduceOp = host_op(o.reduceOp);
-    return h;
-  }
-  // PREMUL_SUM scales each rank's own contribution before the sum (ranks may
-  // pass different factors), so the factor goes on the host copies of the
-  // inputs, which are this backend's own.
   static void premul(const c10d::ReduceOp& op, Tensors& host_ins) {
     if (op.op_ != c10d::ReduceOp::PREMUL_SUM) return;
     const auto* f = static_cast<const c10d::PreMulSumSupplement*>(op.supplement_.get());
@@ -363,20 +351,8 @@ class TpuBackend final : public c10d::Backend {
       else t.mul_(f->double_factor);
     }
   }
-  // AVG is a SUM on the host, divided here.
-  void finish_scale(const c10d::ReduceOp& op, Tensors& outs) const {
-    if (op.op_ != c10d::ReduceOp::AVG) return;
-    for (at::Tensor& t : outs) t.div_(getSize());
-  }
-  WorkPtr reduce_like(const char* what, OpType op, Tensors& ts, const c10d::ReduceOp& rop,
-                      const std::function<WorkPtr(Tensors&, const c10d::ReduceOp&)>& call) {
-    check_op(what, rop, ts);
-    WorkPtr w = run(what, op, ts, ts, [&](Tensors& h, Tensors&) {
-      premul(rop, h);
-      return call(h, host_op(rop));
-    });
-    finish_scale(rop, ts);
-    return w;
+  static void premul(const c10d::ReduceOp& op, TensorLists& host_ins) {
+    for (Tensors& l : host_ins) premul(op, l);
   }
 
   c10::intrusive_ptr<c10d::Backend> host_;
