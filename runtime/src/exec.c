@@ -29,10 +29,14 @@ static void tpu_snapshot_release(tpu_snapshot_t* s) {
 
 static tpu_status_t* tpu_snapshot_take(int device, const tpu_arg_t* args, int nargs, tpu_snapshot_t* s) {
   memset(s, 0, sizeof(*s));
+  if (nargs < 0) return TPU_STATUS(TPU_INVALID_ARGUMENT, "negative argument count %d", nargs);
   int n = 0;
   for (int i = 0; i < nargs; ++i) {
     if (args[i].kind == TPU_ARG_TENSOR) n += 1;
-    else if (args[i].kind == TPU_ARG_TENSOR_LIST) n += args[i].u.list.n;
+    else if (args[i].kind == TPU_ARG_TENSOR_LIST) {
+      if (args[i].u.list.n < 0) return TPU_STATUS(TPU_INVALID_ARGUMENT, "argument %d: negative list length", i);
+      n += args[i].u.list.n;
+    }
   }
   s->views = calloc((size_t)(n ? n : 1), sizeof(*s->views));
   s->view_base = calloc((size_t)(nargs ? nargs : 1), sizeof(int));

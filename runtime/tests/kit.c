@@ -207,3 +207,5 @@ void kit_check(const char* file, int line, const char* what, tpu_tensor_t* r, tp
   free(got);
   kit_release(r);
 }
+
+bool kit_on_cpu_plugin(void) { return strcmp(tpu_runtime_platform_name(), "cpu") == 0; }

@@ -31,6 +31,9 @@ tpu_status_t* kit_run1(const char* name, const char* overload, const tpu_arg_t* 
 /* Downloads a tensor into a float array (converting from its dtype). */
 tpu_status_t* kit_read_f32(const tpu_tensor_t* t, float* out, int64_t n);
 void kit_release(tpu_tensor_t* t);
+/* Whether the plugin under test is the XLA CPU plugin: host memory as device
+ * memory, lent host blocks and the quick compile tiers are its alone. */
+bool kit_on_cpu_plugin(void);
 void kit_release_all(tpu_tensor_t* t, int n);
 
 /* Checks result r (dtype; shape unless rank < 0; values, NaN matching NaN, inf exactly,

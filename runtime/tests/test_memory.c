@@ -55,8 +55,13 @@ TEST(memory_counts_buffers_by_pool) {
   EXPECT_EQ_INT(stats_of(0).bytes[TPU_MEMORY_POOL_LARGE].freed, 0);
 }
 
+/* The CPU plugin's device memory is the host's; other plugins' is not read yet. */
 TEST(memory_info_is_host_memory_on_cpu) {
   int64_t free_bytes = 0, total = 0;
+  if (!kit_on_cpu_plugin()) {
+    EXPECT_CODE(tpu_memory_info(0, &free_bytes, &total), TPU_UNIMPLEMENTED);
+    return;
+  }
   ASSERT_OK(tpu_memory_info(0, &free_bytes, &total));
   EXPECT(total > 0);
   EXPECT(free_bytes >= 0 && free_bytes <= total);
@@ -126,13 +131,14 @@ TEST(upload_of_a_large_tensor_lends_a_block_on_cpu) {
     EXPECT_OK(tpu_runtime_synchronize());
   }
   free(host);
-  EXPECT_EQ_INT(tpu_metric_get(TPU_METRIC_H2D_LENT) - lent0, 3);
+  EXPECT_EQ_INT(tpu_metric_get(TPU_METRIC_H2D_LENT) - lent0, kit_on_cpu_plugin() ? 3 : 0);
 }
 
 /* A block the caller filled becomes the buffer itself (no copy) when the view
  * covers its storage; a partial view gets a copy and its neighbours keep theirs. */
 TEST(upload_block_lends_a_filled_block) {
   const int64_t n = 4096;
+  const int lent = kit_on_cpu_plugin(); /* other plugins copy the block */
   int64_t lent0 = tpu_metric_get(TPU_METRIC_H2D_LENT);
   void* block = NULL;
   ASSERT_OK(tpu_host_block_acquire((size_t)n * sizeof(float), &block));
@@ -140,7 +146,7 @@ TEST(upload_block_lends_a_filled_block) {
   tpu_tensor_t t;
   ASSERT_OK(kit_tensor(TPU_F32, 1, &n, NULL, &t));
   ASSERT_OK(tpu_tensor_upload_block(&t, block, TPU_F32)); /* the block is the buffer's now */
-  EXPECT_EQ_INT(tpu_metric_get(TPU_METRIC_H2D_LENT) - lent0, 1);
+  EXPECT_EQ_INT(tpu_metric_get(TPU_METRIC_H2D_LENT) - lent0, lent);
   float* host = malloc((size_t)n * sizeof(float));
   ASSERT(host != NULL);
   ASSERT_OK(tpu_tensor_download(&t, host, (size_t)n * sizeof(float)));
@@ -153,7 +159,7 @@ TEST(upload_block_lends_a_filled_block) {
   for (int i = 0; i < 4; ++i) ((float*)block)[i] = -1.0f;
   tpu_tensor_t part = kit_view(&t, 1, (const int64_t[]){4}, (const int64_t[]){1}, 8);
   ASSERT_OK(tpu_tensor_upload_block(&part, block, TPU_F32));
-  EXPECT_EQ_INT(tpu_metric_get(TPU_METRIC_H2D_LENT) - lent0, 1);
+  EXPECT_EQ_INT(tpu_metric_get(TPU_METRIC_H2D_LENT) - lent0, lent);
   ASSERT_OK(tpu_tensor_download(&t, host, (size_t)n * sizeof(float)));
   bad = 0;
   for (int64_t i = 0; i < n; ++i) bad += host[i] != (i >= 8 && i < 12 ? -1.0f : (float)i);

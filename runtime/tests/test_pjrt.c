@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "device.h"
+#include "kit.h"
 #include "pjrt/pjrt.h"
 #include "test.h"
 #include "torchtpu/dtype.h"
@@ -174,7 +175,7 @@ TEST(runtime_reports_plugin) {
   tpu_runtime_api_version(&major, &minor);
   EXPECT_EQ_INT(major, 0);
   EXPECT(minor >= 81);
-  if (strcmp(tpu_runtime_platform_name(), "cpu") == 0) {
+  if (kit_on_cpu_plugin()) {
     EXPECT_EQ_INT(minor, 81); /* xla-cpu-pjrt 0.0.1 */
     EXPECT_EQ_INT(tpu_runtime_device_count(), 1); /* cpu_device_count = 1 was honoured */
   }
@@ -559,11 +560,12 @@ static int64_t compile_tier_quick_loop(int64_t n) {
 }
 
 TEST(compile_tier_follows_program_size) {
+  const int64_t quick = kit_on_cpu_plugin(); /* the tiers are the CPU plugin's */
   /* 256 x 256 = 65536 elements: the largest quick array; 65537 is not. */
   EXPECT_EQ_INT(compile_tier_quick("module {\n  func.func @main(%a: tensor<256x256xf32>) -> tensor<256x256xf32> {\n"
                                    "    %0 = \"stablehlo.negate\"(%a) : (tensor<256x256xf32>) -> tensor<256x256xf32>\n"
                                    "    \"func.return\"(%0) : (tensor<256x256xf32>) -> ()\n  }\n}\n", 1),
-                1);
+                quick);
   EXPECT_EQ_INT(compile_tier_quick("module {\n  func.func @main(%a: tensor<65537xf32>) -> tensor<65537xf32> {\n"
                                    "    %0 = \"stablehlo.negate\"(%a) : (tensor<65537xf32>) -> tensor<65537xf32>\n"
                                    "    \"func.return\"(%0) : (tensor<65537xf32>) -> ()\n  }\n}\n", 1),
@@ -582,7 +584,7 @@ TEST(compile_tier_follows_program_size) {
                     1),
                 0);
   /* With a loop, a quarter of that bound: 16384 elements. */
-  EXPECT_EQ_INT(compile_tier_quick_loop(16384), 1);
+  EXPECT_EQ_INT(compile_tier_quick_loop(16384), quick);
   EXPECT_EQ_INT(compile_tier_quick_loop(16385), 0);
   /* The quick executable computes what the default one does. */
   static const char kSub[] =
@@ -590,7 +592,7 @@ TEST(compile_tier_follows_program_size) {
       "    %0 = \"stablehlo.subtract\"(%a, %b) : (tensor<5xf32>, tensor<5xf32>) -> tensor<5xf32>\n"
       "    %1 = \"stablehlo.exponential\"(%0) : (tensor<5xf32>) -> tensor<5xf32>\n"
       "    \"func.return\"(%1) : (tensor<5xf32>) -> ()\n  }\n}\n";
-  EXPECT_EQ_INT(compile_tier_quick(kSub, 1), 1);
+  EXPECT_EQ_INT(compile_tier_quick(kSub, 1), quick);
   tpu_executable_t* exe = NULL;
   ASSERT_OK(compile(kSub, 1, &exe)); /* the in-process executable cache is above this layer: a disk hit */
   const float a[5] = {0, 1, 2, -3, 0.5f}, b[5] = {1, 1, 0, 1, -0.25f};

@@ -1,0 +1,33 @@
+#!/bin/bash
+# Device check on a machine with an NVIDIA GPU and the XLA CUDA PJRT plugin
+# (jax-cuda13-pjrt) in its python3: builds the runtime and the binding against that
+# python's torch, runs the C tests and a slice of the Python tests on the CUDA plugin.
+# Logs go to $OUT (default ./gpu-check-out).
+OUT=${OUT:-$PWD/gpu-check-out}; mkdir -p "$OUT"
+exec > >(tee "$OUT/log.txt") 2>&1
+PY=${PY:-python3}
+nvidia-smi -L; $PY -V; $PY -c "import torch; print('torch', torch.__version__)"
+PLUG=$($PY -c "import jax_plugins.xla_cuda13 as m, os; print(os.path.join(os.path.dirname(m.__file__), 'xla_cuda_plugin.so'))")
+echo "plugin: $PLUG"; export TORCHTPU_PJRT_PLUGIN=$PLUG
+SECONDS=0
+# The runtime with -Werror off, so one run reports every warning this compiler finds.
+RT_CFLAGS="-std=c11 -g -fPIC -Wall -Wextra -Iruntime/include -Iruntime/src -D_POSIX_C_SOURCE=200809L -O2"
+# The device image's torch may predate the pinned one: shims for its headers, applied
+# to this (throwaway) copy of the sources only.
+if $PY -c "import torch, sys; sys.exit(int(tuple(map(int, torch.__version__.split('.')[:2])) >= (2, 13)))"; then
+  echo "torch < 2.13: applying header shims"
+  sed -i '0,/^namespace torchtpu {/s//namespace torchtpu { using at::DimnameList;/' torchtpu/csrc/autocast.cpp
+  sed -i 's/c10d::PreMulSumSupplement/c10d::NCCLPreMulSumSupplement/; s/OpType::REDUCE_SCATTER_TENSOR_COALESCED/OpType::COALESCED/' torchtpu/csrc/c10d.cpp
+fi
+make -j16 VPY=$PY STAMP=Makefile CFLAGS="$RT_CFLAGS" build/rt_tests > "$OUT/build_rt.log" 2>&1; echo "runtime build rc=$? ${SECONDS}s"; grep -E "warning|error" "$OUT/build_rt.log" | head -30
+timeout 90 build/rt_tests > "$OUT/ctest.log" 2>&1; echo "ctest rc=$? ${SECONDS}s"; grep -iE "fail|error" "$OUT/ctest.log" | head -30; tail -3 "$OUT/ctest.log"
+make -j16 VPY=$PY STAMP=Makefile CFLAGS="$RT_CFLAGS" all > "$OUT/build_bind.log" 2>&1; rc=$?; echo "binding build rc=$rc ${SECONDS}s"
+if [ $rc != 0 ]; then grep -E "error" "$OUT/build_bind.log" | head -40; exit 1; fi
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+timeout 60 $PY -m torchtpu; echo "info rc=$? ${SECONDS}s"
+timeout 90 $PY examples/demo.py; echo "demo rc=$? ${SECONDS}s"
+for f in ${GPU_TESTS:-tests/test_runtime.py tests/test_training.py tests/test_ops_matmul.py tests/test_ops_reduce.py}; do
+  b=$(basename $f .py)
+  timeout ${PER_FILE:-100} $PY -m pytest -q -p no:cacheprovider -rf $f > "$OUT/$b.log" 2>&1
+  echo "$f rc=$? ${SECONDS}s: $(tail -1 "$OUT/$b.log")"; grep -E "^FAILED|^ERROR" "$OUT/$b.log" | head -15
+done
