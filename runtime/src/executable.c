@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "codemaps.h"
 #include "device.h"
 #include "diskcache.h"
 #include "env.h"
@@ -23,7 +24,7 @@ struct tpu_executable {
    * tpu_b_param_alias). PJRT donates such buffers unless told not to, so every
    * launch lists the ones its caller did not offer. */
   bool aliases;
-  int maps; /* memory mappings its code added to the process (>= 1) */
+  int maps; /* memory mappings its code added to the process (>= 1, codemaps.h) */
 };
 
 static atomic_uint_fast64_t g_next_exe_id = 1;
@@ -98,7 +99,15 @@ static_assert(sizeof kOptions / sizeof kOptions[0] == TPU_OPTIONS_COUNT, "one ro
 #define TPU_QUICK_MAX_ELEMENTS_DEFAULT 65536
 #define TPU_QUICK_LOOPS_DIVISOR 4
 
-typedef enum { TPU_TIER_OTHER_PLUGIN, TPU_TIER_DEFAULT, TPU_TIER_QUICK, TPU_TIER_QUICK_LOOPS } tpu_tier_t;
+typedef enum {
+  TPU_TIER_OTHER_PLUGIN,
+  TPU_TIER_DEFAULT,
+  TPU_TIER_QUICK,
+  TPU_TIER_QUICK_LOOPS,
+  TPU_TIER_COUNT
+} tpu_tier_t;
+/* The tier is also the kind its code mappings are estimated by (codemaps.h). */
+static_assert(TPU_TIER_COUNT <= TPU_CODEMAPS_KINDS, "a code-mapping kind per tier");
 
 /* Set once a CPU plugin rejects an override: it has no such option, so later
  * compiles leave it out. */
@@ -242,12 +251,11 @@ static tpu_status_t* num_outputs(const PJRT_Api* api, PJRT_LoadedExecutable* loa
  * compiling; a real compile is then stored. The lookup keys on the options
  * compile_program would send now; a store keys on those it did send (they
  * differ only in the one call where a CPU plugin refuses an override). */
-static tpu_status_t* load_or_compile(const PJRT_Api* api, const char* mlir, size_t len,
+static tpu_status_t* load_or_compile(const PJRT_Api* api, const char* mlir, size_t len, tpu_tier_t tier,
                                      PJRT_LoadedExecutable** out_loaded) {
   *out_loaded = NULL;
   bool disk = tpu_disk_cache_enabled();
   tpu_disk_key_t key;
-  tpu_tier_t tier = program_tier(mlir, len);
   tpu_options_t options = compile_options(tier);
   if (disk) {
     tpu_disk_cache_key(mlir, len, kOptions[options].bytes, kOptions[options].len, &key);
@@ -280,22 +288,6 @@ static tpu_status_t* load_or_compile(const PJRT_Api* api, const char* mlir, size
   return NULL;
 }
 
-/* The process's memory mappings (lines of /proc/self/maps); 0 where unknown.
- * The CPU plugin maps generated code per kernel, and a process may hold only
- * vm.max_map_count mappings (65530 by default): a while-loop decomposition
- * maps about 90, an elementwise op 3. The cache weighs executables by it. */
-static long tpu_process_maps(void) {
-  FILE* f = fopen("/proc/self/maps", "r");
-  if (!f) return 0;
-  char buf[1 << 15];
-  long lines = 0;
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0)
-    for (size_t i = 0; i < n; ++i) lines += buf[i] == '\n';
-  fclose(f);
-  return lines;
-}
-
 tpu_status_t* tpu_executable_compile(const char* mlir, size_t len, int nouts,
                                      tpu_executable_t** out_exe) {
   if (!out_exe) return TPU_STATUS(TPU_INVALID_ARGUMENT, "out_exe is NULL");
@@ -306,10 +298,12 @@ tpu_status_t* tpu_executable_compile(const char* mlir, size_t len, int nouts,
   if (!api) return TPU_STATUS(TPU_FAILED_PRECONDITION, "the torchtpu runtime is not initialised");
 
   PJRT_LoadedExecutable* loaded = NULL;
-  long maps_before = tpu_process_maps();
-  tpu_status_t* status = load_or_compile(api, mlir, len, &loaded);
+  tpu_tier_t tier = program_tier(mlir, len);
+  tpu_codemaps_probe_t probe;
+  tpu_codemaps_begin((int)tier, &probe);
+  tpu_status_t* status = load_or_compile(api, mlir, len, tier, &loaded);
   if (status) return tpu_status_annotate(status, "compile");
-  long maps_added = tpu_process_maps() - maps_before; /* other threads' mappings may blur it */
+  int maps = tpu_codemaps_end(&probe);
 
   size_t n = 0;
   status = num_outputs(api, loaded, &n);
@@ -334,7 +328,7 @@ tpu_status_t* tpu_executable_compile(const char* mlir, size_t len, int nouts,
   exe->text = text;
   exe->text_len = len;
   exe->aliases = strstr(text, TPU_B_ALIAS_ATTR) != NULL;
-  exe->maps = maps_added > 0 ? (int)(maps_added < INT32_MAX ? maps_added : INT32_MAX) : 1;
+  exe->maps = maps;
   *out_exe = exe;
   return NULL;
 }

@@ -5,7 +5,12 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <assert.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
+#include "codemaps.h"
 #include "hostpool.h"
 #include "kit.h"
 #include "test.h"
@@ -168,4 +173,38 @@ TEST(upload_block_lends_a_filled_block) {
   EXPECT_CODE(tpu_tensor_upload_block(&part, NULL, TPU_F32), TPU_INVALID_ARGUMENT);
   kit_release(&t);
   EXPECT_OK(tpu_runtime_synchronize());
+}
+
+static_assert(TPU_CODEMAPS_EXACT % TPU_CODEMAPS_EVERY == 0, "the test below counts on it");
+
+/* Code mappings (codemaps.h): the first compiles of a kind are counted, later
+ * ones mostly weigh the mean. Kind TPU_CODEMAPS_KINDS - 1 is no compile tier's;
+ * each "compile" here maps 10 pages of alternating protection (10 mappings). */
+static int codemaps_probe(bool map_pages) {
+  tpu_codemaps_probe_t probe;
+  tpu_codemaps_begin(TPU_CODEMAPS_KINDS - 1, &probe);
+  long page = sysconf(_SC_PAGESIZE);
+  int fd = map_pages ? open("/dev/zero", O_RDWR) : -1;
+  char* p = fd >= 0 ? mmap(NULL, (size_t)(10 * page), PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0) : MAP_FAILED;
+  if (fd >= 0) close(fd);
+  if (p != MAP_FAILED)
+    for (int i = 1; i < 10; i += 2) mprotect(p + i * page, (size_t)page, PROT_READ);
+  int added = tpu_codemaps_end(&probe);
+  if (p != MAP_FAILED) munmap(p, (size_t)(10 * page));
+  return added;
+}
+
+TEST(codemaps_counts_first_then_estimates) {
+  /* TPU_CODEMAPS_EXACT is a multiple of TPU_CODEMAPS_EVERY: the one after them is counted too. */
+  for (int i = 0; i <= TPU_CODEMAPS_EXACT; ++i) {
+    int added = codemaps_probe(true);
+    EXPECT(added >= 8 && added <= 20); /* 10, less any merged with a neighbour, plus other threads' */
+  }
+  /* Not counted: the mean of the counted ones, though nothing was mapped. */
+  int estimated = codemaps_probe(false);
+  EXPECT(estimated >= 8 && estimated <= 20);
+  /* Every TPU_CODEMAPS_EVERY-th is counted again: nothing mapped, weight 1. */
+  int counted = 0;
+  for (int i = 1; i < TPU_CODEMAPS_EVERY; ++i) counted += codemaps_probe(false) == 1;
+  EXPECT_EQ_INT(counted, 1);
 }
