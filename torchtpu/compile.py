@@ -87,31 +87,14 @@ _DECOMPS = None
 _EXTRA_DECOMPS = (torch.ops.aten.embedding.default,)
 
 
-# torch.nn.attention.varlen's custom ops stay whole in a traced graph; off CUDA their
-# own kernels are calls of FlashAttention's aten ops, which have lowerings: the same
-# calls, written out for the tracer.
-def _varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, is_causal=False, scale=None,
-                 window_size=None, enable_gqa=False, seqused_k=None, block_table=None, num_splits=None):
-    left, right = window_size or (-1, -1)
-    out, lse, rng, _, _ = torch.ops.aten._flash_attention_forward(
-        query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, 0.0, is_causal, False, scale=scale,
-        window_size_left=left, window_size_right=right, seqused_k=seqused_k, block_table=block_table,
-        num_splits=num_splits)
-    return out, lse, rng
-
-
-def _varlen_attn_backward(grad_out, query, key, value, out, lse, cu_seq_q, cu_seq_k, max_q, max_k, is_causal,
-                          rng_state, scale=None, window_size=None):
-    left, right = window_size or (-1, -1)
-    return torch.ops.aten._flash_attention_backward(
-        grad_out, query, key, value, out, lse, cu_seq_q, cu_seq_k, max_q, max_k, 0.0, is_causal, rng_state,
-        torch.empty(0, device=query.device), scale=scale, window_size_left=left, window_size_right=right)
-
-
+# torch.nn.attention.varlen's custom ops stay whole in a traced graph. Their own
+# Python bodies are their decompositions: off CUDA they call FlashAttention's aten
+# ops, which have lowerings.
 def _custom_op_decompositions() -> dict:
-    import torch.nn.attention.varlen  # noqa: F401  (registers torch_attn's ops)
+    from torch.nn.attention import varlen
     ns = torch.ops.torch_attn
-    return {ns._varlen_attn.default: _varlen_attn, ns._varlen_attn_backward.default: _varlen_attn_backward}
+    return {ns._varlen_attn.default: varlen._varlen_attn._init_fn,
+            ns._varlen_attn_backward.default: varlen._varlen_attn_backward._init_fn}
 
 
 def decompositions() -> dict:
