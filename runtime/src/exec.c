@@ -27,16 +27,22 @@ static void tpu_snapshot_release(tpu_snapshot_t* s) {
   free(s->view_base);
 }
 
+/* The kinds whose payload is u.list (n entries): lengths come from the caller
+ * and size the snapshot and the cache key, so they are checked first. */
+static bool arg_is_list(tpu_arg_kind_t kind) {
+  return kind == TPU_ARG_TENSOR_LIST || kind == TPU_ARG_INT_LIST || kind == TPU_ARG_FLOAT_LIST ||
+         kind == TPU_ARG_BOOL_LIST || kind == TPU_ARG_VALUE_LIST;
+}
+
 static tpu_status_t* tpu_snapshot_take(int device, const tpu_arg_t* args, int nargs, tpu_snapshot_t* s) {
   memset(s, 0, sizeof(*s));
   if (nargs < 0) return TPU_STATUS(TPU_INVALID_ARGUMENT, "negative argument count %d", nargs);
   int n = 0;
   for (int i = 0; i < nargs; ++i) {
+    if (arg_is_list(args[i].kind) && args[i].u.list.n < 0)
+      return TPU_STATUS(TPU_INVALID_ARGUMENT, "argument %d: negative list length %d", i, args[i].u.list.n);
     if (args[i].kind == TPU_ARG_TENSOR) n += 1;
-    else if (args[i].kind == TPU_ARG_TENSOR_LIST) {
-      if (args[i].u.list.n < 0) return TPU_STATUS(TPU_INVALID_ARGUMENT, "argument %d: negative list length", i);
-      n += args[i].u.list.n;
-    }
+    else if (args[i].kind == TPU_ARG_TENSOR_LIST) n += args[i].u.list.n;
   }
   s->views = calloc((size_t)(n ? n : 1), sizeof(*s->views));
   s->view_base = calloc((size_t)(nargs ? nargs : 1), sizeof(int));

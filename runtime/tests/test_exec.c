@@ -1,4 +1,6 @@
 /* The executor: ops through the cache, views read and written, copies. */
+#include <string.h>
+
 #include "kit.h"
 #include "test.h"
 #include "torchtpu/runtime.h"
@@ -137,6 +139,25 @@ TEST(exec_unknown_op_is_unimplemented) {
   tpu_result_t r[1];
   int n = 0;
   EXPECT_CODE(tpu_op_run("definitely_not_an_op", "", 0, NULL, 0, 1, r, &n), TPU_UNIMPLEMENTED);
+}
+
+/* List lengths come from the caller: a negative one is an error, not an allocation size. */
+TEST(exec_negative_list_length_is_an_error) {
+  float a[6] = {0};
+  tpu_tensor_t x, z;
+  ASSERT_OK(kit_tensor(TPU_F32, 2, (int64_t[]){2, 3}, a, &x));
+  const int64_t dims[1] = {0};
+  tpu_arg_t args[3] = {kit_arg_tensor(&x), kit_arg_ints(1, dims), kit_arg_bool(false)};
+  args[1].u.list.n = -1;
+  tpu_status_t* st = kit_run1("sum", "dim_IntList", args, 3, &z);
+  EXPECT(st && strstr(tpu_status_message(st), "argument 1: negative list length -1") != NULL);
+  tpu_status_free(st);
+  tpu_arg_t lists[1] = {kit_arg_tensors(1, &x)};
+  lists[0].u.list.n = -5;
+  st = kit_run1("cat", "default", lists, 1, &z);
+  EXPECT(st && strstr(tpu_status_message(st), "argument 0: negative list length -5") != NULL);
+  tpu_status_free(st);
+  kit_release(&x);
 }
 
 TEST(exec_shape_mismatch_is_an_error) {
