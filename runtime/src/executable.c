@@ -47,19 +47,15 @@ static atomic_uint_fast64_t g_next_exe_id = 1;
  * Eigen then does the dots. */
 #define TPU_XNN_KEY "xla_cpu_use_xnnpack"
 #define TPU_XNN_OFF "\x3a\x19\x0a\x13" TPU_XNN_KEY "\x12\x02\x10\x00"
-/* The quick tier (below): the plugin's classic fusion emitters and LLVM -O1. */
-#define TPU_EMITTERS_KEY "xla_cpu_use_fusion_emitters"
-#define TPU_EMITTERS_OFF "\x3a\x21\x0a\x1b" TPU_EMITTERS_KEY "\x12\x02\x10\x00"
+/* The quick tier (below): LLVM at -O1. */
 #define TPU_LLVM_KEY "xla_backend_optimization_level"
 #define TPU_LLVM_O1 "\x3a\x24\x0a\x1e" TPU_LLVM_KEY "\x12\x02\x18\x01"
-static_assert(sizeof TPU_XNN_KEY - 1 == 0x13 && sizeof TPU_EMITTERS_KEY - 1 == 0x1b &&
-                  sizeof TPU_LLVM_KEY - 1 == 0x1e,
+static_assert(sizeof TPU_XNN_KEY - 1 == 0x13 && sizeof TPU_LLVM_KEY - 1 == 0x1e,
               "override entries encode their key lengths");
 
 static const char kOptionsPlain[] = TPU_OPTIONS_BASE;
 static const char kOptionsCpu[] = TPU_OPTIONS_BASE TPU_XNN_OFF;
-static const char kOptionsCpuQuick[] = TPU_OPTIONS_BASE TPU_XNN_OFF TPU_EMITTERS_OFF TPU_LLVM_O1;
-static const char kOptionsCpuQuickLoops[] = TPU_OPTIONS_BASE TPU_XNN_OFF TPU_EMITTERS_OFF;
+static const char kOptionsCpuQuick[] = TPU_OPTIONS_BASE TPU_XNN_OFF TPU_LLVM_O1;
 
 /* The option sets a compile can send; `quick` ones are counted in
  * compiles_quick and are the ones that carry the quick overrides. */
@@ -67,7 +63,6 @@ typedef enum {
   TPU_OPTIONS_PLAIN,
   TPU_OPTIONS_CPU,
   TPU_OPTIONS_CPU_QUICK,
-  TPU_OPTIONS_CPU_QUICK_LOOPS,
   TPU_OPTIONS_COUNT
 } tpu_options_t;
 #define TPU_OPTIONS_ROW(text, is_quick) {(text), sizeof(text) - 1, (is_quick)}
@@ -79,31 +74,26 @@ static const struct {
     [TPU_OPTIONS_PLAIN] = TPU_OPTIONS_ROW(kOptionsPlain, false),
     [TPU_OPTIONS_CPU] = TPU_OPTIONS_ROW(kOptionsCpu, false),
     [TPU_OPTIONS_CPU_QUICK] = TPU_OPTIONS_ROW(kOptionsCpuQuick, true),
-    [TPU_OPTIONS_CPU_QUICK_LOOPS] = TPU_OPTIONS_ROW(kOptionsCpuQuickLoops, true),
 };
 static_assert(sizeof kOptions / sizeof kOptions[0] == TPU_OPTIONS_COUNT, "one row per option set");
 
 /* Compile tiers. XLA's CPU compile of one small eager op costs 50-90 ms here,
  * most of it the MLIR fusion emitters and LLVM, while the op then runs in
- * microseconds whatever the code quality: the test suite spent 75% of its time
- * compiling. So small programs are compiled with quick options (measured in
- * docs/compile-cache.md):
- * - no loop, every array at most quick_max_elements elements: the classic
- *   fusion emitters and LLVM -O1, about 40% less compile time, the same run time;
- * - with a stablehlo.while, every array at most a quarter of that: the classic
- *   emitters only, about 35% less compile time for at most 25% more run time.
- *   Both options together made a 16 x 32 x 32 eigh run 3x slower; past 16384
- *   elements the classic emitters alone slowed LU and eigh by 1.5x.
+ * microseconds whatever the code quality. So a program without a loop whose
+ * every array holds at most quick_max_elements elements is compiled with LLVM at
+ * -O1 (docs/compile-cache.md). Loops keep the defaults: their run time is what
+ * counts. The classic fusion emitters (xla_cpu_use_fusion_emitters=false) were
+ * part of this tier until a full fused-mode run found a fused forward+backward
+ * program with tied weights that they compiled to wrong gradients (the same
+ * program is right with the defaults or -O1 alone: test_module_semantics.py).
  * Everything else gets the CPU defaults; programs for other plugins the plain
  * options (TPU_TIER_OTHER_PLUGIN). */
 #define TPU_QUICK_MAX_ELEMENTS_DEFAULT 65536
-#define TPU_QUICK_LOOPS_DIVISOR 4
 
 typedef enum {
   TPU_TIER_OTHER_PLUGIN,
   TPU_TIER_DEFAULT,
   TPU_TIER_QUICK,
-  TPU_TIER_QUICK_LOOPS,
   TPU_TIER_COUNT
 } tpu_tier_t;
 /* The tier is also the kind its code mappings are estimated by (codemaps.h). */
@@ -159,9 +149,7 @@ static tpu_tier_t program_tier(const char* mlir, size_t len) {
   if (limit <= 0) return TPU_TIER_DEFAULT;
   bool loop = false;
   int64_t most = program_max_elements(mlir, len, limit, &loop);
-  if (most > limit) return TPU_TIER_DEFAULT;
-  if (!loop) return TPU_TIER_QUICK;
-  return most <= limit / TPU_QUICK_LOOPS_DIVISOR ? TPU_TIER_QUICK_LOOPS : TPU_TIER_DEFAULT;
+  return most > limit || loop ? TPU_TIER_DEFAULT : TPU_TIER_QUICK;
 }
 
 /* The options for a program of that tier, less the overrides the plugin refused. */
@@ -170,14 +158,14 @@ static tpu_options_t compile_options(tpu_tier_t tier) {
     return TPU_OPTIONS_PLAIN;
   if (tier == TPU_TIER_DEFAULT || atomic_load_explicit(&g_no_quick_options, memory_order_relaxed))
     return TPU_OPTIONS_CPU;
-  return tier == TPU_TIER_QUICK_LOOPS ? TPU_OPTIONS_CPU_QUICK_LOOPS : TPU_OPTIONS_CPU_QUICK;
+  return TPU_OPTIONS_CPU_QUICK;
 }
 
 /* After a failed compile: whether the plugin refused one of our overrides (then
  * it is left out from now on and the compile is worth another try). */
 static bool drop_refused_override(tpu_options_t options, const char* msg) {
   if (!msg || options == TPU_OPTIONS_PLAIN) return false;
-  if (kOptions[options].quick && (strstr(msg, TPU_EMITTERS_KEY) || strstr(msg, TPU_LLVM_KEY))) {
+  if (kOptions[options].quick && strstr(msg, TPU_LLVM_KEY)) {
     atomic_store_explicit(&g_no_quick_options, true, memory_order_relaxed);
     return true;
   }
