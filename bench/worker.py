@@ -250,9 +250,7 @@ def main():
                             return r
 
                     with LiveSampler():
-                        out_step = wl.step()
-                    sync()
-                    del out_step
+                        step_and_sync()
                     peak[0] = max(peak[0], torchtpu.metrics().get("live_bytes", 0))
                     mem["live_bytes_peak_op_sampled"] = peak[0]
                     out["live_bytes_peak_op_sampled"] = peak[0]
