@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-import torchtpu  # noqa: F401
+import torchtpu
 
 from tpu_testing import assert_same
 
@@ -67,7 +67,13 @@ def test_save_load_module_and_optimizer_state():
         m(x).square().mean().backward()
         o.step()
     for p, q in zip(model.parameters(), model2.parameters()):
-        assert torch.equal(p.detach().cpu(), q.detach().cpu())
+        if torchtpu.get_eager_mode() == "fused":
+            # model2's parameters were clones sharing model's buffers, so only its step
+            # could donate them: the two programs differ in aliasing, which XLA may
+            # compile to results a last bit apart (docs/eager-modes.md, "Values").
+            assert_same(q, p.detach().cpu())
+        else:
+            assert torch.equal(p.detach().cpu(), q.detach().cpu())
 
 
 def test_pinned_and_non_blocking_copies():

@@ -83,11 +83,15 @@ def test_training_matches_cpu_and_steady_state_does_not_compile(fused):
         rloss.backward()
         ropt.step()
         torch.testing.assert_close(torch.tensor(got), rloss.detach(), **F32)
-        compiles.append(_delta(before, "compiles", "fused_programs", "executions"))
-    # Steps after the third build nothing new and launch a handful of programs.
+        compiles.append(_delta(before, "compiles", "fused_programs", "executions", "donated_buffers"))
+    # Steps after the third build nothing new and launch a handful of programs, which
+    # update every parameter and both AdamW moments in place: their old buffers are
+    # held by nothing but the recording, so each is donated to its new value.
+    nparams = len(list(model.parameters()))
     for c in compiles[3:]:
         assert c["compiles"] == 0 and c["fused_programs"] == 0, compiles
         assert c["executions"] <= 3, compiles
+        assert c["donated_buffers"] >= 3 * nparams, compiles
     for p, r in zip(model.parameters(), ref.parameters()):
         torch.testing.assert_close(p.cpu(), r.detach(), **F32)
 

@@ -19,6 +19,19 @@ import torch.nn.functional as F
 import torchtpu
 from tpu_testing import check, to_tpu
 
+
+@pytest.fixture(autouse=True)
+def _asynchronous_mode():
+    """These tests are about errors raised at the next synchronisation, which debug mode
+    never defers: when the suite runs in debug mode (make test-modes), they run in strict
+    (test_debug_raises_at_the_op covers debug)."""
+    if torchtpu.get_eager_mode() != "debug":
+        yield
+        return
+    with torchtpu.eager_mode("strict"):
+        yield
+
+
 # ------------------------------------------------------------------ the cases
 # name -> fn(x, *inputs) that returns a tensor; inputs are built on CPU and moved.
 # Exactly one bad index per case, so the reported value is the one CPU reports.
@@ -313,7 +326,7 @@ def test_each_device_has_its_own_word():
         torchtpu.synchronize()
         print("OK")
     """
-    env = dict(os.environ, TORCHTPU_CPU_DEVICES="2")
+    env = dict(os.environ, TORCHTPU_CPU_DEVICES="2", TORCHTPU_EAGER_MODE=torchtpu.get_eager_mode())
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = repo + os.pathsep + env.get("PYTHONPATH", "")
     r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=repo, env=env, capture_output=True,

@@ -101,14 +101,20 @@ def test_accelerator_reads_the_same_counters():
     del x
 
 
-def test_mem_get_info_is_host_memory_on_the_cpu_plugin():
-    if torchtpu._C.platform_name() != "cpu":
-        pytest.skip("the CPU plugin's memory is the host's; other plugins are not read yet")
+def test_mem_get_info_is_the_plugins():
     free, total = torch.tpu.mem_get_info()
-    with open("/proc/meminfo") as f:
-        meminfo = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in f}
-    assert total == meminfo["MemTotal"]
     assert 0 < free <= total
+    if torchtpu._C.platform_name() == "cpu":  # the host's memory
+        with open("/proc/meminfo") as f:
+            meminfo = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in f}
+        assert total == meminfo["MemTotal"]
+        return
+    # The allocator's limit and use: 64 MiB more in use is 64 MiB less free.
+    big = torch.empty(64 << 20, dtype=torch.uint8, device="tpu")
+    torch.tpu.synchronize()
+    free_after, total_after = torch.tpu.mem_get_info()
+    assert total_after == total and free_after <= free - (64 << 20)
+    del big
 
 
 def test_empty_cache_releases_cached_scalars():

@@ -72,7 +72,8 @@ def reset_accumulated_memory_stats(device: Any = None) -> None:
 
 def mem_get_info(device: Any = None) -> tuple[int, int]:
     """(free, total) bytes of the device's memory. On the CPU plugin the device's
-    memory is the host's; other plugins raise NotImplementedError for now."""
+    memory is the host's; on other plugins it is what the plugin's allocator may
+    hand out (its limit) and how much of that is not in use (docs/memory.md)."""
     return torch.accelerator.get_memory_info(_index(device))
 
 

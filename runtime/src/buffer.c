@@ -158,6 +158,14 @@ bool tpu_buffer_donatable(const tpu_buffer_t* buf, int holders) {
          atomic_load_explicit(&buf->refs, memory_order_acquire) == holders;
 }
 
+tpu_buffer_t* tpu_buffer_donatable_real(tpu_buffer_t* buf, int holders) {
+  if (!buf) return NULL;
+  if (atomic_load_explicit(&buf->state, memory_order_acquire) != BUF_RESOLVED)
+    return tpu_buffer_donatable(buf, holders) ? buf : NULL;
+  if (atomic_load_explicit(&buf->refs, memory_order_acquire) != holders) return NULL;
+  return tpu_buffer_donatable(buf->target, 1) ? buf->target : NULL;
+}
+
 void tpu_buffer_note_donated(tpu_buffer_t* buf) {
   if (!atomic_exchange_explicit(&buf->donated, true, memory_order_acq_rel)) {
     tpu_memory_note_free(buf->device, buf->nbytes);

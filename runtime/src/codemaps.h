@@ -7,7 +7,7 @@
  * Counting is two reads of /proc/self/maps around the compile, about 0.6 us
  * per mapping each: 12 ms a compile once a process holds 10000 mappings, as
  * much as compiling a small op. So the first TPU_CODEMAPS_EXACT compiles of each
- * kind (the caller's compile tier) are counted, then every TPU_CODEMAPS_EVERY-th;
+ * kind (the caller's: compile tier and loop) are counted, then every TPU_CODEMAPS_EVERY-th;
  * the others weigh a running mean of their kind's counted ones. The cache needs
  * a bound on its total, which the mean keeps, not each program's exact share. */
 #ifndef TORCHTPU_CODEMAPS_H_

@@ -62,6 +62,10 @@ bool tpu_buffer_is_pending(const tpu_buffer_t* buf);
  * lent host memory (hostpool.h), held by exactly `holders` references (the
  * caller's count of those it knows: its storage, the op's snapshot, the launch). */
 bool tpu_buffer_donatable(const tpu_buffer_t* buf, int holders);
+/* The real buffer `buf` stands for when it may be donated: `buf` itself
+ * (tpu_buffer_donatable), or the target of a settled placeholder held by exactly
+ * `holders` references that is its target's only holder. NULL otherwise. */
+tpu_buffer_t* tpu_buffer_donatable_real(tpu_buffer_t* buf, int holders);
 /* `buf` was donated: its bytes now belong to an output (memory accounting moves
  * at once); releasing it only drops the PJRT handle. */
 void tpu_buffer_note_donated(tpu_buffer_t* buf);

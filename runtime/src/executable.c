@@ -96,8 +96,10 @@ typedef enum {
   TPU_TIER_QUICK,
   TPU_TIER_COUNT
 } tpu_tier_t;
-/* The tier is also the kind its code mappings are estimated by (codemaps.h). */
-static_assert(TPU_TIER_COUNT <= TPU_CODEMAPS_KINDS, "a code-mapping kind per tier");
+/* The tier, and whether the program loops, are the kind its code mappings are
+ * estimated by (codemaps.h): a default-tier loop maps 30-90, a large loop-free
+ * program about 3, so a mean over both would weigh neither. */
+static_assert(2 * TPU_TIER_COUNT <= TPU_CODEMAPS_KINDS, "a code-mapping kind per tier and loop");
 
 /* Set once a CPU plugin rejects an override: it has no such option, so later
  * compiles leave it out. */
@@ -113,16 +115,22 @@ static int64_t quick_max_elements(void) {
   return v;
 }
 
+/* Whether a stablehlo.while is in the module text. */
+static bool program_has_loop(const char* text, size_t len) {
+  static const char kWhile[] = "stablehlo.while";
+  const size_t nw = sizeof kWhile - 1;
+  for (size_t i = 0; i + nw <= len; i++)
+    if (text[i] == 's' && memcmp(text + i, kWhile, nw) == 0) return true;
+  return false;
+}
+
 /* The most elements of any tensor<...> type in the module text, counted up to
- * `limit` (limit + 1 means more, or a dynamic dim); *out_loop: whether a
- * stablehlo.while is in it. */
-static int64_t program_max_elements(const char* text, size_t len, int64_t limit, bool* out_loop) {
-  static const char kTensor[] = "tensor<", kWhile[] = "stablehlo.while";
-  const size_t nt = sizeof kTensor - 1, nw = sizeof kWhile - 1;
-  *out_loop = false;
+ * `limit` (limit + 1 means more, or a dynamic dim). */
+static int64_t program_max_elements(const char* text, size_t len, int64_t limit) {
+  static const char kTensor[] = "tensor<";
+  const size_t nt = sizeof kTensor - 1;
   int64_t most = 0;
   for (size_t i = 0; i < len && most <= limit; i++) {
-    if (text[i] == 's' && len - i >= nw && memcmp(text + i, kWhile, nw) == 0) *out_loop = true;
     if (text[i] != 't' || len - i < nt || memcmp(text + i, kTensor, nt) != 0) continue;
     int64_t elems = 1;
     size_t j = i + nt;
@@ -142,14 +150,16 @@ static int64_t program_max_elements(const char* text, size_t len, int64_t limit,
   return most;
 }
 
-/* The program's tier (decided once per program; the options follow from it). */
-static tpu_tier_t program_tier(const char* mlir, size_t len) {
+/* The program's tier (decided once per program; the options follow from it) and
+ * whether it has a loop (CPU plugin only: the other plugins' code is not mapped
+ * per kernel). */
+static tpu_tier_t program_tier(const char* mlir, size_t len, bool* out_loop) {
+  *out_loop = false;
   if (strcmp(tpu_runtime_platform_name(), "cpu") != 0) return TPU_TIER_OTHER_PLUGIN;
+  *out_loop = program_has_loop(mlir, len);
   int64_t limit = quick_max_elements();
-  if (limit <= 0) return TPU_TIER_DEFAULT;
-  bool loop = false;
-  int64_t most = program_max_elements(mlir, len, limit, &loop);
-  return most > limit || loop ? TPU_TIER_DEFAULT : TPU_TIER_QUICK;
+  if (limit <= 0 || *out_loop) return TPU_TIER_DEFAULT;
+  return program_max_elements(mlir, len, limit) > limit ? TPU_TIER_DEFAULT : TPU_TIER_QUICK;
 }
 
 /* The options for a program of that tier, less the overrides the plugin refused. */
@@ -286,9 +296,10 @@ tpu_status_t* tpu_executable_compile(const char* mlir, size_t len, int nouts,
   if (!api) return TPU_STATUS(TPU_FAILED_PRECONDITION, "the torchtpu runtime is not initialised");
 
   PJRT_LoadedExecutable* loaded = NULL;
-  tpu_tier_t tier = program_tier(mlir, len);
+  bool loop = false;
+  tpu_tier_t tier = program_tier(mlir, len, &loop);
   tpu_codemaps_probe_t probe;
-  tpu_codemaps_begin((int)tier, &probe);
+  tpu_codemaps_begin((int)tier + (loop ? TPU_TIER_COUNT : 0), &probe);
   tpu_status_t* status = load_or_compile(api, mlir, len, tier, &loaded);
   if (status) return tpu_status_annotate(status, "compile");
   int maps = tpu_codemaps_end(&probe);

@@ -28,6 +28,7 @@
 #include "env.h"
 #include "key.h"
 #include "strbuf.h"
+#include "tracing.h"
 
 #define FUSE_DEFAULT_LIMIT 2000
 
@@ -133,20 +134,27 @@ static bool fuse_seen_reserve(fuse_queue_t* q) {
 }
 
 /* The value id of argument `buf`: a result recorded in this epoch, an input
- * already seen, or a new input. */
+ * already seen, or a new input. A 0-dim input is a new input at every use: scalar
+ * operands come from a cache of uploaded values (scalars.c), where equal values
+ * are one buffer, so sharing them would make the program's wiring, and its cache
+ * key, depend on which scalars happen to be equal (`x + 1` beside add's alpha of
+ * 1): a learning rate that meets another scalar's value would compile anew. */
 static tpu_status_t* fuse_arg_value(fuse_queue_t* q, tpu_buffer_t* buf, int32_t* out_value) {
   if (tpu_buffer_pending_value(buf, q->epoch, out_value)) return NULL;
   /* Real, or settled earlier: fails here if its program failed. */
   TPU_RETURN_IF_ERROR(tpu_buffer_error(buf));
   if (!fuse_seen_reserve(q) || !fuse_grow((void**)&q->vals, &q->vals_cap, q->nvals + 1, sizeof(*q->vals)))
     return TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "fused eager: out of host memory");
-  size_t slot = fuse_slot(q, buf);
-  if (q->seen_keys[slot]) return *out_value = q->seen_vals[slot], NULL;
+  const bool shared = tpu_buffer_aval(buf)->rank > 0;
+  size_t slot = shared ? fuse_slot(q, buf) : 0;
+  if (shared && q->seen_keys[slot]) return *out_value = q->seen_vals[slot], NULL;
   fuse_val_t* v = &q->vals[q->nvals];
   *v = (fuse_val_t){tpu_buffer_retain(buf), NULL, -1, 0, q->nparams++, *tpu_buffer_aval(buf)};
-  q->seen_keys[slot] = buf;
-  q->seen_vals[slot] = q->nvals;
-  q->seen_len++;
+  if (shared) {
+    q->seen_keys[slot] = buf;
+    q->seen_vals[slot] = q->nvals;
+    q->seen_len++;
+  }
   *out_value = q->nvals++;
   return NULL;
 }
@@ -245,10 +253,10 @@ static void fuse_dead(tpu_buffer_t* buf) {
 
 /* ------------------------------------------------------------ the program */
 
-/* The cache key: the executables in order, each operand's value id, and the
- * values returned. Value ids follow from that sequence, so equal keys are
- * equal programs; executable ids are never reused. */
-static void fuse_key(const fuse_queue_t* q, const int32_t* outs, int nouts, tpu_key_t* k) {
+/* The cache key: the executables in order, each operand's value id, the
+ * values returned and the parameters' donations. Value ids follow from that
+ * sequence, so equal keys are equal programs; executable ids are never reused. */
+static void fuse_key(const fuse_queue_t* q, const int32_t* outs, int nouts, const int32_t* alias, tpu_key_t* k) {
   static const uint8_t kTag[8] = {0xff, 'f', 'u', 's', 'e', 'd', 0, 1};
   tpu_key_put(k, kTag, sizeof kTag);
   tpu_key_i64(k, q->nops);
@@ -259,6 +267,7 @@ static void fuse_key(const fuse_queue_t* q, const int32_t* outs, int nouts, tpu_
   }
   tpu_key_i64(k, nouts);
   tpu_key_put(k, outs, sizeof(int32_t) * (size_t)nouts);
+  tpu_key_put(k, alias, sizeof(int32_t) * (size_t)q->nparams);
 }
 
 static void fuse_ref(tpu_strbuf_t* m, const fuse_queue_t* q, int32_t v) {
@@ -312,7 +321,8 @@ static tpu_status_t* fuse_functions(tpu_strbuf_t* m, const fuse_queue_t* q, uint
   return NULL;
 }
 
-static tpu_status_t* fuse_text(const fuse_queue_t* q, const int32_t* outs, int nouts, char** out_text) {
+static tpu_status_t* fuse_text(const fuse_queue_t* q, const int32_t* outs, int nouts, const int32_t* alias,
+                               char** out_text) {
   *out_text = NULL;
   tpu_strbuf_t m;
   tpu_strbuf_init(&m);
@@ -322,10 +332,12 @@ static tpu_status_t* fuse_text(const fuse_queue_t* q, const int32_t* outs, int n
                            : TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "fused eager: out of host memory");
   char t[256];
   tpu_strbuf_append(&m, "  func.func public @main(");
-  for (int v = 0, p = 0; v < q->nvals; ++v)
-    if (q->vals[v].op < 0)
-      tpu_strbuf_printf(&m, "%s%%arg%d: %s", p++ ? ", " : "", q->vals[v].param,
-                        tpu_fmt_type(t, sizeof t, &q->vals[v].aval));
+  for (int v = 0, p = 0; v < q->nvals; ++v) {
+    const fuse_val_t* x = &q->vals[v];
+    if (x->op >= 0) continue;
+    tpu_strbuf_printf(&m, "%s%%arg%d: %s", p++ ? ", " : "", x->param, tpu_fmt_type(t, sizeof t, &x->aval));
+    if (alias[x->param] >= 0) tpu_strbuf_printf(&m, " {%s = %d : i32}", TPU_B_ALIAS_ATTR, alias[x->param]);
+  }
   tpu_strbuf_append(&m, ") -> ");
   fuse_types(&m, q, nouts, outs);
   tpu_strbuf_append(&m, " {\n");
@@ -363,20 +375,25 @@ static tpu_status_t* fuse_text(const fuse_queue_t* q, const int32_t* outs, int n
 
 /* The compiled fused program for this recording: from the cache, or written,
  * compiled (through the disk tier) and inserted. Returns a referenced entry. */
-static tpu_status_t* fuse_program(const fuse_queue_t* q, const int32_t* outs, int nouts,
+static tpu_status_t* fuse_program(const fuse_queue_t* q, const int32_t* outs, int nouts, const int32_t* alias,
                                   tpu_cache_entry_t** out_entry) {
   *out_entry = NULL;
   tpu_key_t k;
   tpu_key_init(&k);
-  fuse_key(q, outs, nouts, &k);
+  fuse_key(q, outs, nouts, alias, &k);
   tpu_status_t* st = k.oom ? TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "fused eager: out of host memory") : NULL;
   uint64_t hash = st ? 0 : tpu_hash_bytes(k.data, k.len);
   if (!st) *out_entry = tpu_cache_lookup(k.data, k.len, hash);
-  if (!st && !*out_entry) {
+  if (!st && *out_entry) {
+    tpu_metric_add(TPU_METRIC_CACHE_HITS, 1);
+    tpu_trace_mark(TPU_TRACE_CACHE_HIT, "fused");
+  } else if (!st) {
+    tpu_metric_add(TPU_METRIC_CACHE_MISSES, 1);
+    tpu_trace_range_t range = tpu_trace_begin(TPU_TRACE_CACHE_MISS, "fused");
     tpu_compiled_t c;
     memset(&c, 0, sizeof c);
     char* text = NULL;
-    st = fuse_text(q, outs, nouts, &text);
+    st = fuse_text(q, outs, nouts, alias, &text);
     c.nouts = nouts;
     c.out_avals = st ? NULL : calloc((size_t)(nouts ? nouts : 1), sizeof(tpu_aval_t));
     if (!st && !c.out_avals) st = TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "fused eager: out of host memory");
@@ -389,6 +406,7 @@ static tpu_status_t* fuse_program(const fuse_queue_t* q, const int32_t* outs, in
       tpu_compiled_destroy(&c);
     }
     free(text);
+    tpu_trace_end(range);
   }
   tpu_key_free(&k);
   return st;
@@ -418,21 +436,74 @@ static tpu_status_t* fuse_run_one(fuse_queue_t* q, int device) {
   return st;
 }
 
+static uint64_t fuse_aval_hash(const tpu_aval_t* a) {
+  uint64_t h = (uint64_t)a->dtype * 0x100000001b3ull + (uint64_t)a->rank;
+  for (int d = 0; d < a->rank; ++d) h = (h ^ (uint64_t)a->dims[d]) * 0x100000001b3ull;
+  return h ^ (h >> 29);
+}
+
+/* Which parameters give their buffer to a returned value (alias[p]: its
+ * position, -1: none; params[p] becomes the real buffer given). A parameter can
+ * when the recording holds the only reference to its buffer: every storage that
+ * had it was overwritten or died while recording (an optimizer step's parameters
+ * and state), so nothing reads it after this program. It goes to the first
+ * returned value of its type not yet taken; which one does not matter, its bytes
+ * are dead either way. The choice is part of the program's text and key: a loop
+ * frees the same buffers at the same places every iteration, so its iterations
+ * share one program. Without memory for the table nothing is donated. */
+static void fuse_donations(const fuse_queue_t* q, const int32_t* outs, int nouts, int32_t* alias, bool* donate,
+                           tpu_buffer_t** params) {
+  for (int p = 0; p < q->nparams; ++p) alias[p] = -1, donate[p] = false;
+  size_t cap = 16;
+  while (cap < 2 * (size_t)nouts) cap *= 2;
+  int32_t* head = malloc(sizeof(int32_t) * cap); /* outputs of one hash bucket, chained in order */
+  int32_t* next = malloc(sizeof(int32_t) * (size_t)(nouts ? nouts : 1));
+  for (size_t i = 0; head && i < cap; ++i) head[i] = -1;
+  for (int k = nouts - 1; head && next && k >= 0; --k) {
+    size_t b = fuse_aval_hash(&q->vals[outs[k]].aval) & (cap - 1);
+    next[k] = head[b];
+    head[b] = k;
+  }
+  for (int v = 0; head && next && v < q->nvals; ++v) {
+    const fuse_val_t* x = &q->vals[v];
+    /* Not 0-dim inputs: an uploaded scalar is held by the scalar cache until a value
+     * of the same hash replaces it, so whether it is free would depend on values. */
+    tpu_buffer_t* real = x->op < 0 && x->aval.rank > 0 ? tpu_buffer_donatable_real(x->ext, 1) : NULL;
+    if (!real) continue;
+    int32_t* link = &head[fuse_aval_hash(&x->aval) & (cap - 1)];
+    while (*link >= 0 && !tpu_aval_equal(&q->vals[outs[*link]].aval, &x->aval)) link = &next[*link];
+    if (*link < 0) continue;
+    alias[x->param] = *link;
+    donate[x->param] = true;
+    params[x->param] = real;
+    *link = next[*link]; /* taken */
+  }
+  free(head);
+  free(next);
+}
+
 /* Runs the recording's program and settles the placeholders in `outs`. */
 static tpu_status_t* fuse_run(fuse_queue_t* q, int device, const int32_t* outs, int nouts) {
   if (q->nops == 1) return fuse_run_one(q, device);
   tpu_cache_entry_t* entry = NULL;
-  tpu_status_t* st = fuse_program(q, outs, nouts, &entry);
-  tpu_buffer_t** params = calloc((size_t)(q->nparams ? q->nparams : 1), sizeof(*params));
+  size_t np = (size_t)(q->nparams ? q->nparams : 1);
+  tpu_buffer_t** params = calloc(np, sizeof(*params));
+  int32_t* alias = calloc(np, sizeof(*alias));
+  bool* donate = calloc(np, sizeof(*donate));
   tpu_buffer_t** results = calloc((size_t)(nouts ? nouts : 1), sizeof(*results));
-  if (!st && (!params || !results)) st = TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "fused eager: out of host memory");
+  tpu_status_t* st = params && alias && donate && results
+                         ? NULL
+                         : TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "fused eager: out of host memory");
   for (int v = 0; !st && v < q->nvals; ++v)
     if (q->vals[v].op < 0) params[q->vals[v].param] = q->vals[v].ext;
+  if (!st) fuse_donations(q, outs, nouts, alias, donate, params);
+  if (!st) st = fuse_program(q, outs, nouts, alias, &entry);
   if (!st) {
     const tpu_compiled_t* c = tpu_cache_entry_compiled(entry);
     char producer[64];
     snprintf(producer, sizeof producer, "fused program of %d ops", q->nops);
-    st = tpu_executable_launch(c->exe, device, q->nparams, params, nouts, c->out_avals, producer, results);
+    st = tpu_executable_launch_donating(c->exe, device, q->nparams, params, donate, nouts, c->out_avals, producer,
+                                        results);
   }
   for (int k = 0; !st && k < nouts; ++k) {
     tpu_buffer_resolve(q->vals[outs[k]].pending, results[k]);
@@ -440,6 +511,8 @@ static tpu_status_t* fuse_run(fuse_queue_t* q, int device, const int32_t* outs, 
   }
   tpu_cache_entry_release(entry);
   free(params);
+  free(alias);
+  free(donate);
   free(results);
   return st;
 }

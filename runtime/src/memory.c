@@ -8,6 +8,7 @@
 #include "device.h"
 #include "exec.h"
 #include "hostpool.h"
+#include "pjrt/pjrt.h"
 
 tpu_status_t* tpu_memory_stats(int device, tpu_memory_stats_t* out_stats) {
   if (!out_stats) return TPU_STATUS(TPU_INVALID_ARGUMENT, "out_stats is NULL");
@@ -48,17 +49,31 @@ static int64_t meminfo_bytes(const char* text, const char* key) {
   return (int64_t)kb * 1024;
 }
 
+/* The plugin's allocator: what it may hand out (bytes_limit) and what is in use.
+ * A plugin that pools memory (the CUDA plugin preallocates most of the GPU) counts
+ * its pool, not the whole device. */
+static tpu_status_t* plugin_memory_info(int device, int64_t* out_free, int64_t* out_total) {
+  const PJRT_Api* api = tpu_client_api();
+  PJRT_Device* pjrt_device = tpu_client_device(device);
+  if (!api || !pjrt_device) return TPU_STATUS(TPU_FAILED_PRECONDITION, "no PJRT client");
+  TPU_PJRT_ARGS(PJRT_Device_MemoryStats_Args, args, newer_is_set);
+  args.device = pjrt_device;
+  tpu_status_t* st = TPU_PJRT_CALL(api, Device_MemoryStats, &args);
+  if (st) return tpu_status_annotate(st, "reading device %d's memory statistics", device);
+  if (!args.bytes_limit_is_set) {
+    return TPU_STATUS(TPU_UNIMPLEMENTED, "the %s plugin does not report a memory limit for device %d",
+                      tpu_runtime_platform_name(), device);
+  }
+  *out_total = args.bytes_limit;
+  *out_free = args.bytes_limit > args.bytes_in_use ? args.bytes_limit - args.bytes_in_use : 0;
+  return NULL;
+}
+
 tpu_status_t* tpu_memory_info(int device, int64_t* out_free, int64_t* out_total) {
   if (!out_free || !out_total) return TPU_STATUS(TPU_INVALID_ARGUMENT, "output is NULL");
   *out_free = *out_total = -1;
   TPU_RETURN_IF_ERROR(tpu_runtime_check_device(device));
-  const char* platform = tpu_runtime_platform_name();
-  if (strcmp(platform, "cpu") != 0) {
-    return TPU_STATUS(TPU_UNIMPLEMENTED,
-                      "the %s plugin's free/total device memory is not read yet (only the "
-                      "CPU plugin's, which is host memory)",
-                      platform);
-  }
+  if (strcmp(tpu_runtime_platform_name(), "cpu") != 0) return plugin_memory_info(device, out_free, out_total);
   FILE* f = fopen("/proc/meminfo", "r");
   if (!f) return TPU_STATUS(TPU_UNAVAILABLE, "cannot read /proc/meminfo for the host's memory");
   char text[4096];

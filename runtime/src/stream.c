@@ -227,6 +227,9 @@ int64_t tpu_stream_current(int device) {
 
 tpu_status_t* tpu_stream_set_current(int device, int64_t stream) {
   TPU_RETURN_IF_ERROR(check_stream(device, stream));
+  /* Fused eager's recording runs as one program on one stream: what was recorded
+   * under the old stream is launched on it before the switch. */
+  if (tls_stream[device] != stream) TPU_RETURN_IF_ERROR(tpu_buffer_flush_pending(device));
   tls_stream[device] = stream;
   return NULL;
 }
@@ -235,12 +238,15 @@ tpu_status_t* tpu_stream_query(int device, int64_t stream, bool* out_done) {
   if (!out_done) return TPU_STATUS(TPU_INVALID_ARGUMENT, "out_done is NULL");
   *out_done = false;
   TPU_RETURN_IF_ERROR(check_stream(device, stream));
+  /* Recorded fused work is work not yet done: launched here, it is queried as running. */
+  TPU_RETURN_IF_ERROR(tpu_buffer_flush_pending(device));
   const selector_t sel = stream_so_far(device, stream);
   return query_selected(&sel, out_done);
 }
 
 tpu_status_t* tpu_stream_synchronize(int device, int64_t stream) {
   TPU_RETURN_IF_ERROR(check_stream(device, stream));
+  TPU_RETURN_IF_ERROR(tpu_buffer_flush_pending(device));
   const selector_t sel = stream_so_far(device, stream);
   return wait_selected(&sel);
 }

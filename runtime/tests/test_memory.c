@@ -22,6 +22,16 @@ static tpu_memory_stats_t stats_of(int device) {
   return s;
 }
 
+/* A device tensor of `n` zero bytes. */
+static tpu_status_t* zero_bytes(int64_t n, tpu_tensor_t* out) {
+  TPU_RETURN_IF_ERROR(kit_tensor(TPU_U8, 1, (const int64_t[]){n}, NULL, out));
+  uint8_t* bytes = calloc((size_t)n, 1);
+  if (!bytes) return TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "out of host memory");
+  tpu_status_t* up = tpu_tensor_upload(out, bytes, TPU_U8);
+  free(bytes);
+  return up;
+}
+
 TEST(memory_counts_buffers_by_pool) {
   EXPECT_OK(tpu_memory_reset_peak(0));
   EXPECT_OK(tpu_memory_reset_accumulated(0));
@@ -31,12 +41,7 @@ TEST(memory_counts_buffers_by_pool) {
   float zeros[256] = {0};
   ASSERT_OK(tpu_tensor_upload(&small, zeros, TPU_F32));
   /* 2 MiB: the large pool (more than TPU_MEMORY_SMALL_BYTES). */
-  ASSERT_OK(kit_tensor(TPU_U8, 1, (const int64_t[]){2 << 20}, NULL, &large));
-  uint8_t* bytes = calloc(2 << 20, 1);
-  ASSERT(bytes != NULL);
-  tpu_status_t* up = tpu_tensor_upload(&large, bytes, TPU_U8);
-  free(bytes);
-  ASSERT_OK(up);
+  ASSERT_OK(zero_bytes(2 << 20, &large));
   const tpu_memory_stats_t during = stats_of(0);
   EXPECT_EQ_INT(during.bytes[TPU_MEMORY_POOL_SMALL].current - before.bytes[TPU_MEMORY_POOL_SMALL].current, 1024);
   EXPECT_EQ_INT(during.bytes[TPU_MEMORY_POOL_LARGE].current - before.bytes[TPU_MEMORY_POOL_LARGE].current, 2 << 20);
@@ -60,16 +65,23 @@ TEST(memory_counts_buffers_by_pool) {
   EXPECT_EQ_INT(stats_of(0).bytes[TPU_MEMORY_POOL_LARGE].freed, 0);
 }
 
-/* The CPU plugin's device memory is the host's; other plugins' is not read yet. */
-TEST(memory_info_is_host_memory_on_cpu) {
+/* The CPU plugin's device memory is the host's; other plugins report their
+ * allocator's limit and use (PJRT_Device_MemoryStats). */
+TEST(memory_info_is_the_plugins) {
   int64_t free_bytes = 0, total = 0;
-  if (!kit_on_cpu_plugin()) {
-    EXPECT_CODE(tpu_memory_info(0, &free_bytes, &total), TPU_UNIMPLEMENTED);
-    return;
-  }
   ASSERT_OK(tpu_memory_info(0, &free_bytes, &total));
   EXPECT(total > 0);
   EXPECT(free_bytes >= 0 && free_bytes <= total);
+  if (kit_on_cpu_plugin()) return;
+  /* 64 MiB more in use leaves at least that much less free. */
+  tpu_tensor_t big;
+  ASSERT_OK(zero_bytes(64 << 20, &big));
+  EXPECT_OK(tpu_runtime_synchronize());
+  int64_t free_after = 0, total_after = 0;
+  ASSERT_OK(tpu_memory_info(0, &free_after, &total_after));
+  EXPECT_EQ_INT(total_after, total);
+  EXPECT(free_after <= free_bytes - (64 << 20));
+  kit_release(&big);
 }
 
 TEST(memory_bad_arguments) {

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -316,8 +317,9 @@ class TpuBackend final : public c10d::Backend {
     check_op(what, o.reduceOp, outs);
     Opts host_opts = o;
     if (scaled(o.reduceOp)) host_opts.reduceOp = c10d::ReduceOp(c10d::ReduceOp::SUM);
+    const std::optional<at::Tensor> factor = premul_factor(o.reduceOp);
     auto body = [&](Tensors& ho, Ins& hi) {
-      premul(o.reduceOp, hi);
+      if (factor) premul(*factor, hi);
       return call(ho, hi, host_opts);
     };
     WorkPtr w;
@@ -342,17 +344,19 @@ class TpuBackend final : public c10d::Backend {
                   t.scalar_type());
     }
   }
-  static void premul(const c10d::ReduceOp& op, Tensors& host_ins) {
-    if (op.op_ != c10d::ReduceOp::PREMUL_SUM) return;
+  // PREMUL_SUM's factor on the host, read once per call (a tpu tensor factor is a
+  // download); a double factor as a 0-dim tensor, which multiplies as the scalar would.
+  static std::optional<at::Tensor> premul_factor(const c10d::ReduceOp& op) {
+    if (op.op_ != c10d::ReduceOp::PREMUL_SUM) return std::nullopt;
     const auto* f = static_cast<const c10d::PreMulSumSupplement*>(op.supplement_.get());
-    at::Tensor factor = f->tensor_factor.defined() ? f->tensor_factor.to(at::kCPU) : at::Tensor();
-    for (at::Tensor& t : host_ins) {
-      if (factor.defined()) t.mul_(factor);
-      else t.mul_(f->double_factor);
-    }
+    if (f->tensor_factor.defined()) return f->tensor_factor.to(at::kCPU);
+    return at::scalar_tensor(f->double_factor, at::kDouble);
   }
-  static void premul(const c10d::ReduceOp& op, TensorLists& host_ins) {
-    for (Tensors& l : host_ins) premul(op, l);
+  static void premul(const at::Tensor& factor, Tensors& host_ins) {
+    for (at::Tensor& t : host_ins) t.mul_(factor);
+  }
+  static void premul(const at::Tensor& factor, TensorLists& host_ins) {
+    for (Tensors& l : host_ins) premul(factor, l);
   }
 
   c10::intrusive_ptr<c10d::Backend> host_;

@@ -58,9 +58,9 @@ tpu_status_t* tpu_memory_reset_accumulated(int device);
  * uploaded scalars) and retires finished in-flight work. */
 void tpu_memory_empty_cache(void);
 /* Free and total bytes of the device's memory. The CPU plugin's device memory
- * is the host's (MemAvailable and MemTotal of /proc/meminfo); for other
- * plugins this returns TPU_UNIMPLEMENTED until PJRT's memory statistics are
- * read. */
+ * is the host's (MemAvailable and MemTotal of /proc/meminfo); other plugins'
+ * is their allocator's (PJRT_Device_MemoryStats: total = bytes_limit, free =
+ * bytes_limit - bytes_in_use), TPU_UNIMPLEMENTED when the plugin gives no limit. */
 tpu_status_t* tpu_memory_info(int device, int64_t* out_free, int64_t* out_total);
 
 #ifdef __cplusplus

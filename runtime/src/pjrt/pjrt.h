@@ -306,6 +306,44 @@ typedef struct PJRT_Device_DefaultMemory_Args {
 static_assert(TPU_PJRT_SIZE(PJRT_Device_DefaultMemory_Args, memory) == 32,
               "Device_DefaultMemory");
 
+/* Allocator statistics: each int64 but bytes_in_use comes with a bool saying the
+ * plugin set it. 185 bytes up to peak_pool_bytes_is_set (API 0.81); newer plugins
+ * append one more pair (201 bytes), declared here as `newer` so the struct sent
+ * is never smaller than the plugin's. */
+typedef struct PJRT_Device_MemoryStats_Args {
+  TPU_PJRT_ARGS_HEADER;
+  PJRT_Device* device;
+  int64_t bytes_in_use; /* out, always set */
+  int64_t peak_bytes_in_use;
+  bool peak_bytes_in_use_is_set;
+  int64_t num_allocs;
+  bool num_allocs_is_set;
+  int64_t largest_alloc_size;
+  bool largest_alloc_size_is_set;
+  int64_t bytes_limit; /* what the allocator may hand out */
+  bool bytes_limit_is_set;
+  int64_t bytes_reserved;
+  bool bytes_reserved_is_set;
+  int64_t peak_bytes_reserved;
+  bool peak_bytes_reserved_is_set;
+  int64_t bytes_reservable_limit;
+  bool bytes_reservable_limit_is_set;
+  int64_t largest_free_block_bytes;
+  bool largest_free_block_bytes_is_set;
+  int64_t pool_bytes;
+  bool pool_bytes_is_set;
+  int64_t peak_pool_bytes;
+  bool peak_pool_bytes_is_set;
+  int64_t newer;
+  bool newer_is_set;
+} PJRT_Device_MemoryStats_Args;
+static_assert(offsetof(PJRT_Device_MemoryStats_Args, bytes_in_use) == 24, "Device_MemoryStats");
+static_assert(offsetof(PJRT_Device_MemoryStats_Args, bytes_limit) == 80, "Device_MemoryStats");
+static_assert(offsetof(PJRT_Device_MemoryStats_Args, bytes_limit_is_set) == 88, "Device_MemoryStats");
+static_assert(TPU_PJRT_SIZE(PJRT_Device_MemoryStats_Args, peak_pool_bytes_is_set) == 185,
+              "Device_MemoryStats");
+static_assert(TPU_PJRT_SIZE(PJRT_Device_MemoryStats_Args, newer_is_set) == 201, "Device_MemoryStats");
+
 /* ---- executables ---- */
 typedef struct PJRT_Executable_Destroy_Args {
   TPU_PJRT_ARGS_HEADER;
@@ -484,6 +522,7 @@ static_assert(TPU_PJRT_SIZE(PJRT_Buffer_ReadyEvent_Args, event) == 32, "Buffer_R
   X(26, DeviceDescription_Kind)             \
   X(29, Device_GetDescription)              \
   X(33, Device_DefaultMemory)               \
+  X(34, Device_MemoryStats)                 \
   X(40, Executable_Destroy)                 \
   X(44, Executable_NumOutputs)              \
   X(49, Executable_Serialize)               \
