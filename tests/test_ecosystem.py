@@ -68,9 +68,9 @@ def test_save_load_module_and_optimizer_state():
         o.step()
     for p, q in zip(model.parameters(), model2.parameters()):
         if torchtpu.get_eager_mode() == "fused":
-            # model2's parameters were clones sharing model's buffers, so only its step
-            # could donate them: the two programs differ in aliasing, which XLA may
-            # compile to results a last bit apart (docs/eager-modes.md, "Values").
+            # model2's parameters were clones sharing model's buffers: with
+            # TORCHTPU_FUSED_DONATE=1 only its step can donate them, and programs that
+            # differ in aliasing may give results a last bit apart (docs/eager-modes.md).
             assert_same(q, p.detach().cpu())
         else:
             assert torch.equal(p.detach().cpu(), q.detach().cpu())

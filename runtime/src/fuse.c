@@ -454,6 +454,10 @@ static uint64_t fuse_aval_hash(const tpu_aval_t* a) {
 static void fuse_donations(const fuse_queue_t* q, const int32_t* outs, int nouts, int32_t* alias, bool* donate,
                            tpu_buffer_t** params) {
   for (int p = 0; p < q->nparams; ++p) alias[p] = -1, donate[p] = false;
+  /* Opt-in: the first-of-its-type match makes XLA copy around aliased buffers, and a
+   * GPT-shaped train step ran 25-35% slower with it (docs/eager-modes.md). Read at
+   * each flush, so it can be switched within a process. */
+  if (tpu_env_int("TORCHTPU_FUSED_DONATE", 0, 1, 0) == 0) return;
   size_t cap = 16;
   while (cap < 2 * (size_t)nouts) cap *= 2;
   int32_t* head = malloc(sizeof(int32_t) * cap); /* outputs of one hash bucket, chained in order */

@@ -2,6 +2,7 @@
  * runs the recording as one program whose results equal strict mode's; results
  * nobody holds are not returned; writes into views and device-side checks keep
  * their eager meaning; a repeated recording is a cache hit. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "kit.h"
@@ -163,6 +164,7 @@ TEST(fuse_buffers_held_only_by_the_recording_are_donated) {
   ASSERT_OK(kit_read_f32(&a, want, 8));
   kit_release(&a);
 
+  setenv("TORCHTPU_FUSED_DONATE", "1", 1);
   tpu_runtime_set_eager_mode(TPU_EAGER_FUSED);
   const int64_t donated = tpu_metric_get(TPU_METRIC_DONATED_BUFFERS);
   tpu_status_t* st = fz_chain(&x, 10, &a); /* x is still held: kept */
@@ -172,6 +174,7 @@ TEST(fuse_buffers_held_only_by_the_recording_are_donated) {
   kit_release(&x); /* now only the recording holds x's buffer */
   if (!st) st = kit_read_f32(&b, got, 8);
   tpu_runtime_set_eager_mode(TPU_EAGER_STRICT);
+  unsetenv("TORCHTPU_FUSED_DONATE");
   ASSERT_OK(st);
   EXPECT_EQ_INT(tpu_metric_get(TPU_METRIC_DONATED_BUFFERS), donated + 1);
   for (int i = 0; i < 8; ++i) EXPECT_NEAR(got[i], want[i], 1e-6 * (1 + (want[i] < 0 ? -want[i] : want[i])));
