@@ -61,8 +61,10 @@ def test_views_inplace_and_reductions_match_cpu(fused):
     assert_same(got, want)
 
 
-def test_training_matches_cpu_and_steady_state_does_not_compile(fused, monkeypatch):
-    monkeypatch.setenv("TORCHTPU_FUSED_DONATE", "1")  # read at each flush
+def train_adamw_like_cpu(steps=6):
+    """An MLP's AdamW training on tpu (in the current eager mode) beside the same
+    on CPU: asserts the losses and parameters equal and returns each step's
+    metric deltas. Also run by a subprocess (the donation test below)."""
     torch.manual_seed(1)
     model = nn.Sequential(nn.Linear(8, 32), nn.GELU(), nn.LayerNorm(32), nn.Linear(32, 3))
     ref = nn.Sequential(nn.Linear(8, 32), nn.GELU(), nn.LayerNorm(32), nn.Linear(32, 3))
@@ -70,9 +72,9 @@ def test_training_matches_cpu_and_steady_state_does_not_compile(fused, monkeypat
     model.to("tpu")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     ropt = torch.optim.AdamW(ref.parameters(), lr=1e-2)
-    data = [(torch.randn(16, 8), torch.randint(0, 3, (16,))) for _ in range(6)]
-    compiles = []
-    for step, (x, y) in enumerate(data):
+    data = [(torch.randn(16, 8), torch.randint(0, 3, (16,))) for _ in range(steps)]
+    deltas = []
+    for x, y in data:
         before = torchtpu.metrics()
         loss = nn.functional.cross_entropy(model(x.to("tpu")), y.to("tpu"))
         opt.zero_grad()
@@ -84,17 +86,44 @@ def test_training_matches_cpu_and_steady_state_does_not_compile(fused, monkeypat
         rloss.backward()
         ropt.step()
         torch.testing.assert_close(torch.tensor(got), rloss.detach(), **F32)
-        compiles.append(_delta(before, "compiles", "fused_programs", "executions", "donated_buffers"))
-    # Steps after the third build nothing new and launch a handful of programs, which
-    # update every parameter and both AdamW moments in place: their old buffers are
-    # held by nothing but the recording, so each is donated (TORCHTPU_FUSED_DONATE).
-    nparams = len(list(model.parameters()))
-    for c in compiles[3:]:
-        assert c["compiles"] == 0 and c["fused_programs"] == 0, compiles
-        assert c["executions"] <= 3, compiles
-        assert c["donated_buffers"] >= 3 * nparams, compiles
+        deltas.append(_delta(before, "compiles", "fused_programs", "executions", "donated_buffers"))
     for p, r in zip(model.parameters(), ref.parameters()):
         torch.testing.assert_close(p.cpu(), r.detach(), **F32)
+    return deltas
+
+
+def test_training_matches_cpu_and_steady_state_does_not_compile(fused):
+    deltas = train_adamw_like_cpu()
+    # Steps after the third build nothing new and launch a handful of programs;
+    # nothing is donated unless TORCHTPU_FUSED_DONATE=1 (the next test).
+    for c in deltas[3:]:
+        assert c["compiles"] == 0 and c["fused_programs"] == 0, deltas
+        assert c["executions"] <= 3, deltas
+        assert c["donated_buffers"] == 0, deltas
+
+
+def test_opt_in_donation_gives_old_buffers_to_their_new_values():
+    # TORCHTPU_FUSED_DONATE=1 (read once, so a process of its own): an AdamW step
+    # updates each parameter and both moments in place, so their old buffers are
+    # held by nothing but the recording and each goes to its new value. Training
+    # stays equal to CPU and the steady state compiles nothing.
+    script = r"""
+import torchtpu, test_fused
+torchtpu.set_eager_mode("fused")
+for d in test_fused.train_adamw_like_cpu():
+    print("step", d["donated_buffers"], d["compiles"])
+print("ok")
+"""
+    env = dict(os.environ, TORCHTPU_FUSED_DONATE="1")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.dirname(__file__), env.get("PYTHONPATH")]))
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip().endswith("ok"), r.stdout
+    steps = [line.split()[1:] for line in r.stdout.splitlines() if line.startswith("step")]
+    nparams = 6  # two Linear (weight, bias) and a LayerNorm (weight, bias)
+    assert len(steps) == 6, r.stdout
+    for donated, compiles in steps[3:]:
+        assert int(donated) >= 3 * nparams and int(compiles) == 0, r.stdout
 
 
 def test_tied_weights_forward_and_backward_in_one_program(fused):

@@ -28,6 +28,7 @@ struct tpu_buffer {
   tpu_status_t* error;      /* FAILED: why the program did not run */
   bool counted;             /* a placeholder counts its bytes until resolved */
   bool lent;                /* its memory is a pooled host block (never donated) */
+  bool interned;            /* one of a cache's shared values (scalars.c): never donated */
   atomic_bool donated;      /* given to an execution: its bytes are no longer counted here */
   int32_t fuse_value;       /* PENDING: its value in its device's fused queue... */
   uint64_t fuse_epoch;      /* ...of this epoch */
@@ -153,18 +154,20 @@ bool tpu_buffer_pending_value(const tpu_buffer_t* buf, uint64_t epoch, int32_t* 
 }
 
 bool tpu_buffer_donatable(const tpu_buffer_t* buf, int holders) {
-  return buf && !buf->lent && atomic_load_explicit(&buf->state, memory_order_acquire) == BUF_REAL &&
+  return buf && !buf->lent && !buf->interned && atomic_load_explicit(&buf->state, memory_order_acquire) == BUF_REAL &&
          !atomic_load_explicit(&buf->donated, memory_order_acquire) &&
          atomic_load_explicit(&buf->refs, memory_order_acquire) == holders;
 }
 
-tpu_buffer_t* tpu_buffer_donatable_real(tpu_buffer_t* buf, int holders) {
-  if (!buf) return NULL;
-  if (atomic_load_explicit(&buf->state, memory_order_acquire) != BUF_RESOLVED)
-    return tpu_buffer_donatable(buf, holders) ? buf : NULL;
-  if (atomic_load_explicit(&buf->refs, memory_order_acquire) != holders) return NULL;
-  return tpu_buffer_donatable(buf->target, 1) ? buf->target : NULL;
+tpu_buffer_t* tpu_buffer_settled(tpu_buffer_t* buf) {
+  switch (buf ? atomic_load_explicit(&buf->state, memory_order_acquire) : BUF_FAILED) {
+    case BUF_REAL: return buf;
+    case BUF_RESOLVED: return buf->target;
+    default: return NULL;
+  }
 }
+
+int tpu_buffer_refcount(const tpu_buffer_t* buf) { return atomic_load_explicit(&buf->refs, memory_order_acquire); }
 
 void tpu_buffer_note_donated(tpu_buffer_t* buf) {
   if (!atomic_exchange_explicit(&buf->donated, true, memory_order_acq_rel)) {
@@ -198,6 +201,14 @@ void tpu_buffer_fail(tpu_buffer_t* buf, const tpu_status_t* why) {
 void tpu_buffer_set_pending_hooks(const tpu_pending_hooks_t* hooks) { g_hooks = *hooks; }
 
 tpu_status_t* tpu_buffer_flush_pending(int device) { return g_hooks.flush ? g_hooks.flush(device) : NULL; }
+
+void tpu_buffer_note_replaced(tpu_buffer_t* old, tpu_buffer_t* buf) {
+  if (old && old != buf && g_hooks.replaced && tpu_buffer_is_pending(buf)) g_hooks.replaced(old, buf);
+}
+
+void tpu_buffer_intern(tpu_buffer_t* buf) { buf->interned = true; }
+
+bool tpu_buffer_interned(const tpu_buffer_t* buf) { return buf && buf->interned; }
 
 /* The real buffer behind `buf`: itself, or a placeholder's target once its
  * program has run (run now if it has not). */

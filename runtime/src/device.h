@@ -51,21 +51,33 @@ typedef struct tpu_pending_hooks {
   tpu_status_t* (*flush)(int device);
   /* `buf` (still PENDING) lost its last reference: its program need not keep it. */
   void (*dead)(tpu_buffer_t* buf);
+  /* PENDING `buf` took `old`'s place in a storage (an in-place update): the
+   * program may give old's buffer to buf's value. */
+  void (*replaced)(tpu_buffer_t* old, tpu_buffer_t* buf);
 } tpu_pending_hooks_t;
 void tpu_buffer_set_pending_hooks(const tpu_pending_hooks_t* hooks);
 tpu_status_t* tpu_buffer_flush_pending(int device);
+/* A storage's buffer went from `old` to `buf` (either may be NULL): tells the
+ * hooks when `buf` is a placeholder. */
+void tpu_buffer_note_replaced(tpu_buffer_t* old, tpu_buffer_t* buf);
+/* Marks `buf` as a cache's shared value (an uploaded scalar, scalars.c): equal
+ * values are one buffer, so its identity means nothing and it is never donated.
+ * Call before the buffer is shared. */
+void tpu_buffer_intern(tpu_buffer_t* buf);
+bool tpu_buffer_interned(const tpu_buffer_t* buf);
 /* A PENDING placeholder for value `value` of `device`'s fused queue at `epoch`. */
 tpu_status_t* tpu_buffer_create_pending(int device, const tpu_aval_t* aval, const char* producer, int32_t value,
                                         uint64_t epoch, tpu_buffer_t** out_buffer);
 bool tpu_buffer_is_pending(const tpu_buffer_t* buf);
 /* True when `buf` may be donated to an execution: a real device buffer, not
- * lent host memory (hostpool.h), held by exactly `holders` references (the
+ * lent host memory (hostpool.h) nor interned, held by exactly `holders` references (the
  * caller's count of those it knows: its storage, the op's snapshot, the launch). */
 bool tpu_buffer_donatable(const tpu_buffer_t* buf, int holders);
-/* The real buffer `buf` stands for when it may be donated: `buf` itself
- * (tpu_buffer_donatable), or the target of a settled placeholder held by exactly
- * `holders` references that is its target's only holder. NULL otherwise. */
-tpu_buffer_t* tpu_buffer_donatable_real(tpu_buffer_t* buf, int holders);
+/* The real buffer behind `buf` (borrowed): `buf` itself, or a settled
+ * placeholder's target; NULL while pending or after its program failed. */
+tpu_buffer_t* tpu_buffer_settled(tpu_buffer_t* buf);
+/* References held to `buf` (a donation check's count). */
+int tpu_buffer_refcount(const tpu_buffer_t* buf);
 /* `buf` was donated: its bytes now belong to an output (memory accounting moves
  * at once); releasing it only drops the PJRT handle. */
 void tpu_buffer_note_donated(tpu_buffer_t* buf);

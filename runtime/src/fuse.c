@@ -37,6 +37,7 @@ typedef struct fuse_val {
   tpu_buffer_t* pending; /* a result: its placeholder while referenced (weak) */
   int32_t op, index;     /* a result: its op and result index; op -1 for an input */
   int32_t param;         /* an input: its parameter index in @main */
+  int32_t next;          /* the value that took this one's place in a storage; -1: none */
   tpu_aval_t aval;
 } fuse_val_t;
 
@@ -69,10 +70,11 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 static tpu_status_t* fuse_flush(int device);
 static void fuse_dead(tpu_buffer_t* buf);
+static void fuse_replaced(tpu_buffer_t* old, tpu_buffer_t* buf);
 
 static void fuse_init(void) {
   for (int i = 0; i < TPU_MAX_DEVICES; ++i) pthread_mutex_init(&g_queues[i].mu, NULL);
-  const tpu_pending_hooks_t hooks = {fuse_flush, fuse_dead};
+  const tpu_pending_hooks_t hooks = {fuse_flush, fuse_dead, fuse_replaced};
   tpu_buffer_set_pending_hooks(&hooks);
 }
 
@@ -84,6 +86,18 @@ static int fuse_limit(void) {
   n = (int)tpu_env_int("TORCHTPU_FUSED_MAX_OPS", 1, 1000000, FUSE_DEFAULT_LIMIT);
   atomic_store_explicit(&limit, n, memory_order_relaxed);
   return n;
+}
+
+/* TORCHTPU_FUSED_DONATE=1 turns donation on (read once). Off by default: on the
+ * CPU plugin a GPT-shaped step ran 25-35% slower with it although XLA compiled
+ * the same program (docs/eager-modes.md). */
+static bool fuse_donates(void) {
+  static atomic_int on; /* 0: not read yet, 1: off, 2: on */
+  int v = atomic_load_explicit(&on, memory_order_relaxed);
+  if (v) return v == 2;
+  v = tpu_env_int("TORCHTPU_FUSED_DONATE", 0, 1, 0) ? 2 : 1;
+  atomic_store_explicit(&on, v, memory_order_relaxed);
+  return v == 2;
 }
 
 static bool fuse_grow(void** arr, int* cap, int need, size_t size) {
@@ -133,23 +147,35 @@ static bool fuse_seen_reserve(fuse_queue_t* q) {
   return true;
 }
 
+/* The value id of `buf` if the recording has it: a result of this epoch or an
+ * input already seen. */
+static bool fuse_known_value(const fuse_queue_t* q, const tpu_buffer_t* buf, int32_t* out_value) {
+  if (tpu_buffer_pending_value(buf, q->epoch, out_value)) return true;
+  if (!q->seen_len || tpu_buffer_interned(buf)) return false;
+  size_t slot = fuse_slot(q, buf);
+  if (!q->seen_keys[slot]) return false;
+  *out_value = q->seen_vals[slot];
+  return true;
+}
+
 /* The value id of argument `buf`: a result recorded in this epoch, an input
- * already seen, or a new input. A 0-dim input is a new input at every use: scalar
- * operands come from a cache of uploaded values (scalars.c), where equal values
- * are one buffer, so sharing them would make the program's wiring, and its cache
- * key, depend on which scalars happen to be equal (`x + 1` beside add's alpha of
- * 1): a learning rate that meets another scalar's value would compile anew. */
+ * already seen, or a new input. An interned buffer is a new input at every use:
+ * scalar operands come from a cache of uploaded values (scalars.c), where equal
+ * values are one buffer, so sharing them would make the program's wiring, and
+ * its cache key, depend on which scalars happen to be equal (`x + 1` beside
+ * add's alpha of 1): a learning rate that meets another scalar's value would
+ * compile anew. */
 static tpu_status_t* fuse_arg_value(fuse_queue_t* q, tpu_buffer_t* buf, int32_t* out_value) {
   if (tpu_buffer_pending_value(buf, q->epoch, out_value)) return NULL;
   /* Real, or settled earlier: fails here if its program failed. */
   TPU_RETURN_IF_ERROR(tpu_buffer_error(buf));
   if (!fuse_seen_reserve(q) || !fuse_grow((void**)&q->vals, &q->vals_cap, q->nvals + 1, sizeof(*q->vals)))
     return TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "fused eager: out of host memory");
-  const bool shared = tpu_buffer_aval(buf)->rank > 0;
+  const bool shared = !tpu_buffer_interned(buf);
   size_t slot = shared ? fuse_slot(q, buf) : 0;
   if (shared && q->seen_keys[slot]) return *out_value = q->seen_vals[slot], NULL;
   fuse_val_t* v = &q->vals[q->nvals];
-  *v = (fuse_val_t){tpu_buffer_retain(buf), NULL, -1, 0, q->nparams++, *tpu_buffer_aval(buf)};
+  *v = (fuse_val_t){tpu_buffer_retain(buf), NULL, -1, 0, q->nparams++, -1, *tpu_buffer_aval(buf)};
   if (shared) {
     q->seen_keys[slot] = buf;
     q->seen_vals[slot] = q->nvals;
@@ -189,7 +215,7 @@ static tpu_status_t* fuse_record(tpu_executable_t* exe, int device, int nargs, t
   q->nargs += nargs;
   for (int j = 0; j < nouts && !st; ++j) {
     fuse_val_t* v = &q->vals[q->nvals];
-    *v = (fuse_val_t){NULL, NULL, q->nops, j, -1, out_avals[j]};
+    *v = (fuse_val_t){NULL, NULL, q->nops, j, -1, -1, out_avals[j]};
     st = tpu_buffer_create_pending(device, &out_avals[j], producer, q->nvals, q->epoch, &out_buffers[j]);
     v->pending = out_buffers[j];
     q->nvals++;
@@ -251,10 +277,20 @@ static void fuse_dead(tpu_buffer_t* buf) {
   pthread_mutex_unlock(&q->mu);
 }
 
+/* A placeholder took `old`'s place in a storage: the recording's value of `old`,
+ * if it has one, is followed by buf's (what its donation goes to). */
+static void fuse_replaced(tpu_buffer_t* old, tpu_buffer_t* buf) {
+  fuse_queue_t* q = &g_queues[tpu_buffer_device(buf)];
+  pthread_mutex_lock(&q->mu);
+  int32_t vo, vn;
+  if (tpu_buffer_pending_value(buf, q->epoch, &vn) && fuse_known_value(q, old, &vo) && vo != vn) q->vals[vo].next = vn;
+  pthread_mutex_unlock(&q->mu);
+}
+
 /* ------------------------------------------------------------ the program */
 
 /* The cache key: the executables in order, each operand's value id, the
- * values returned and the parameters' donations. Value ids follow from that
+ * values returned and the parameters' donations (alias; NULL: none). Value ids follow from that
  * sequence, so equal keys are equal programs; executable ids are never reused. */
 static void fuse_key(const fuse_queue_t* q, const int32_t* outs, int nouts, const int32_t* alias, tpu_key_t* k) {
   static const uint8_t kTag[8] = {0xff, 'f', 'u', 's', 'e', 'd', 0, 1};
@@ -267,7 +303,7 @@ static void fuse_key(const fuse_queue_t* q, const int32_t* outs, int nouts, cons
   }
   tpu_key_i64(k, nouts);
   tpu_key_put(k, outs, sizeof(int32_t) * (size_t)nouts);
-  tpu_key_put(k, alias, sizeof(int32_t) * (size_t)q->nparams);
+  if (alias) tpu_key_put(k, alias, sizeof(int32_t) * (size_t)q->nparams);
 }
 
 static void fuse_ref(tpu_strbuf_t* m, const fuse_queue_t* q, int32_t v) {
@@ -336,7 +372,7 @@ static tpu_status_t* fuse_text(const fuse_queue_t* q, const int32_t* outs, int n
     const fuse_val_t* x = &q->vals[v];
     if (x->op >= 0) continue;
     tpu_strbuf_printf(&m, "%s%%arg%d: %s", p++ ? ", " : "", x->param, tpu_fmt_type(t, sizeof t, &x->aval));
-    if (alias[x->param] >= 0) tpu_strbuf_printf(&m, " {%s = %d : i32}", TPU_B_ALIAS_ATTR, alias[x->param]);
+    if (alias && alias[x->param] >= 0) tpu_strbuf_printf(&m, " {%s = %d : i32}", TPU_B_ALIAS_ATTR, alias[x->param]);
   }
   tpu_strbuf_append(&m, ") -> ");
   fuse_types(&m, q, nouts, outs);
@@ -436,54 +472,53 @@ static tpu_status_t* fuse_run_one(fuse_queue_t* q, int device) {
   return st;
 }
 
-static uint64_t fuse_aval_hash(const tpu_aval_t* a) {
-  uint64_t h = (uint64_t)a->dtype * 0x100000001b3ull + (uint64_t)a->rank;
-  for (int d = 0; d < a->rank; ++d) h = (h ^ (uint64_t)a->dims[d]) * 0x100000001b3ull;
-  return h ^ (h >> 29);
+/* The real buffer behind input `buf` when nothing but the recording holds it:
+ * `buf` itself, or a settled placeholder's target that only the placeholder
+ * holds. The in-flight list's references do not count: it drops them once the
+ * producer finishes, and a donating run waits for its producer anyway. Counting
+ * them (as strict mode does, exec.c) keeps the choice, and so the program,
+ * independent of timing. */
+static tpu_buffer_t* fuse_donatable(tpu_buffer_t* buf) {
+  tpu_buffer_t* real = tpu_buffer_settled(buf);
+  if (!real || (real != buf && tpu_buffer_refcount(buf) != 1)) return NULL;
+  return tpu_buffer_donatable(real, 1 + tpu_runtime_inflight_holds(real)) ? real : NULL;
 }
 
 /* Which parameters give their buffer to a returned value (alias[p]: its
- * position, -1: none; params[p] becomes the real buffer given). A parameter can
- * when the recording holds the only reference to its buffer: every storage that
- * had it was overwritten or died while recording (an optimizer step's parameters
- * and state), so nothing reads it after this program. It goes to the first
- * returned value of its type not yet taken; which one does not matter, its bytes
- * are dead either way. The choice is part of the program's text and key: a loop
+ * position in `outs`, -1: none; params[p] becomes the real buffer given); returns
+ * how many do. A parameter can when the recording holds the only reference to its
+ * buffer: every storage that had it was overwritten or died while recording (an
+ * optimizer step's parameters and state), so nothing reads it after this program.
+ * It goes to the value that took its place in its storage (following values that
+ * were overwritten in turn), when that value is returned and of its type: that
+ * value is computed from it last, so XLA writes it in place without copying
+ * around the alias. The choice is part of the program's text and key; a loop
  * frees the same buffers at the same places every iteration, so its iterations
- * share one program. Without memory for the table nothing is donated. */
-static void fuse_donations(const fuse_queue_t* q, const int32_t* outs, int nouts, int32_t* alias, bool* donate,
-                           tpu_buffer_t** params) {
-  for (int p = 0; p < q->nparams; ++p) alias[p] = -1, donate[p] = false;
-  /* Opt-in: the first-of-its-type match makes XLA copy around aliased buffers, and a
-   * GPT-shaped train step ran 25-35% slower with it (docs/eager-modes.md). Read at
-   * each flush, so it can be switched within a process. */
-  if (tpu_env_int("TORCHTPU_FUSED_DONATE", 0, 1, 0) == 0) return;
-  size_t cap = 16;
-  while (cap < 2 * (size_t)nouts) cap *= 2;
-  int32_t* head = malloc(sizeof(int32_t) * cap); /* outputs of one hash bucket, chained in order */
-  int32_t* next = malloc(sizeof(int32_t) * (size_t)(nouts ? nouts : 1));
-  for (size_t i = 0; head && i < cap; ++i) head[i] = -1;
-  for (int k = nouts - 1; head && next && k >= 0; --k) {
-    size_t b = fuse_aval_hash(&q->vals[outs[k]].aval) & (cap - 1);
-    next[k] = head[b];
-    head[b] = k;
-  }
-  for (int v = 0; head && next && v < q->nvals; ++v) {
+ * share one program. */
+static int fuse_donations(const fuse_queue_t* q, const int32_t* outs, int nouts, int32_t* alias,
+                          tpu_buffer_t** params) {
+  for (int p = 0; p < q->nparams; ++p) alias[p] = -1;
+  int32_t* pos = malloc(sizeof(int32_t) * (size_t)(q->nvals ? q->nvals : 1)); /* value -> position in outs */
+  if (!pos) return 0; /* without memory for the table nothing is donated */
+  for (int v = 0; v < q->nvals; ++v) pos[v] = -1;
+  for (int k = 0; k < nouts; ++k) pos[outs[k]] = k;
+  int n = 0;
+  for (int v = 0; v < q->nvals; ++v) {
     const fuse_val_t* x = &q->vals[v];
-    /* Not 0-dim inputs: an uploaded scalar is held by the scalar cache until a value
-     * of the same hash replaces it, so whether it is free would depend on values. */
-    tpu_buffer_t* real = x->op < 0 && x->aval.rank > 0 ? tpu_buffer_donatable_real(x->ext, 1) : NULL;
+    if (x->op >= 0 || x->next < 0) continue;
+    int32_t w = x->next;
+    /* Bounded: copies between storages can make the chain loop. */
+    for (int steps = 0; w >= 0 && pos[w] < 0 && steps < q->nvals; ++steps) w = q->vals[w].next;
+    if (w < 0 || pos[w] < 0 || !tpu_aval_equal(&q->vals[w].aval, &x->aval)) continue;
+    tpu_buffer_t* real = fuse_donatable(x->ext);
     if (!real) continue;
-    int32_t* link = &head[fuse_aval_hash(&x->aval) & (cap - 1)];
-    while (*link >= 0 && !tpu_aval_equal(&q->vals[outs[*link]].aval, &x->aval)) link = &next[*link];
-    if (*link < 0) continue;
-    alias[x->param] = *link;
-    donate[x->param] = true;
+    alias[x->param] = pos[w];
     params[x->param] = real;
-    *link = next[*link]; /* taken */
+    pos[w] = -1; /* taken */
+    ++n;
   }
-  free(head);
-  free(next);
+  free(pos);
+  return n;
 }
 
 /* Runs the recording's program and settles the placeholders in `outs`. */
@@ -492,16 +527,20 @@ static tpu_status_t* fuse_run(fuse_queue_t* q, int device, const int32_t* outs, 
   tpu_cache_entry_t* entry = NULL;
   size_t np = (size_t)(q->nparams ? q->nparams : 1);
   tpu_buffer_t** params = calloc(np, sizeof(*params));
-  int32_t* alias = calloc(np, sizeof(*alias));
-  bool* donate = calloc(np, sizeof(*donate));
   tpu_buffer_t** results = calloc((size_t)(nouts ? nouts : 1), sizeof(*results));
-  tpu_status_t* st = params && alias && donate && results
+  int32_t* alias = fuse_donates() ? malloc(sizeof(*alias) * np) : NULL;
+  bool* donate = NULL;
+  tpu_status_t* st = params && results && (alias || !fuse_donates())
                          ? NULL
                          : TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "fused eager: out of host memory");
   for (int v = 0; !st && v < q->nvals; ++v)
     if (q->vals[v].op < 0) params[q->vals[v].param] = q->vals[v].ext;
-  if (!st) fuse_donations(q, outs, nouts, alias, donate, params);
-  if (!st) st = fuse_program(q, outs, nouts, alias, &entry);
+  if (!st && alias && fuse_donations(q, outs, nouts, alias, params) > 0) {
+    donate = malloc(sizeof(*donate) * np);
+    if (!donate) st = TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "fused eager: out of host memory");
+    for (int p = 0; donate && p < q->nparams; ++p) donate[p] = alias[p] >= 0;
+  }
+  if (!st) st = fuse_program(q, outs, nouts, donate ? alias : NULL, &entry);
   if (!st) {
     const tpu_compiled_t* c = tpu_cache_entry_compiled(entry);
     char producer[64];

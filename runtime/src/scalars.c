@@ -39,6 +39,7 @@ tpu_status_t* tpu_scalar_buffer(int device, tpu_dtype_t dtype, const void* value
   tpu_aval_t a = tpu_aval_make(dtype, 0, NULL);
   tpu_buffer_t* buf = NULL;
   TPU_RETURN_IF_ERROR(tpu_buffer_from_host(device, bytes, &a, &buf));
+  tpu_buffer_intern(buf);
   pthread_mutex_lock(&tpu_scalar_mu);
   tpu_buffer_t* old = slot->buffer;
   slot->device = device;

@@ -62,6 +62,7 @@ void tpu_storage_set_buffer(tpu_storage_t* s, tpu_buffer_t* buf, size_t nbytes) 
   s->buffer = buf;
   s->nbytes = nbytes;
   pthread_mutex_unlock(&tpu_slot_mu);
+  tpu_buffer_note_replaced(old, buf);
   tpu_buffer_release(old);
   tpu_metric_add(TPU_METRIC_SLOT_SWAPS, 1);
 }
