@@ -20,6 +20,7 @@ struct tpu_cache_entry {
   uint8_t* key;
   size_t len;
   tpu_compiled_t compiled;
+  size_t weight;   /* what the table counts for it (a lazy executable weighs more once compiled) */
   atomic_int refs; /* the table holds one */
   tpu_cache_entry_t* next; /* bucket chain */
   tpu_cache_entry_t* lru_prev;
@@ -96,7 +97,7 @@ static void tpu_cache_unlink_locked(tpu_cache_entry_t* e) {
   if (*p) *p = e->next;
   tpu_lru_unlink(e);
   tpu_cache_count--;
-  tpu_cache_weight -= tpu_entry_weight(e);
+  tpu_cache_weight -= e->weight;
 }
 
 tpu_cache_entry_t* tpu_cache_lookup(const uint8_t* key, size_t len, uint64_t hash) {
@@ -104,6 +105,9 @@ tpu_cache_entry_t* tpu_cache_lookup(const uint8_t* key, size_t len, uint64_t has
   tpu_cache_entry_t* e = tpu_cache_find_locked(key, len, hash);
   if (e) {
     atomic_fetch_add(&e->refs, 1);
+    size_t w = tpu_entry_weight(e); /* the next insert evicts by it */
+    tpu_cache_weight += w - e->weight;
+    e->weight = w;
     if (tpu_lru_head != e) {
       tpu_lru_unlink(e);
       tpu_lru_push_front(e);
@@ -154,7 +158,8 @@ tpu_status_t* tpu_cache_insert(const uint8_t* key, size_t len, uint64_t hash, tp
   tpu_cache_buckets[b] = e;
   tpu_lru_push_front(e);
   tpu_cache_count++;
-  tpu_cache_weight += tpu_entry_weight(e);
+  e->weight = tpu_entry_weight(e);
+  tpu_cache_weight += e->weight;
   while (tpu_cache_weight > tpu_cache_capacity_get() && tpu_lru_tail && tpu_lru_tail != e) {
     tpu_cache_entry_t* old = tpu_lru_tail;
     tpu_cache_unlink_locked(old);

@@ -94,13 +94,19 @@ void tpu_buffer_fail(tpu_buffer_t* buf, const tpu_status_t* why);
  * The executable keeps its text, so fuse.c can call it from a larger program. */
 tpu_status_t* tpu_executable_compile(const char* mlir, size_t len, int nouts,
                                      tpu_executable_t** out_exe);
+/* As tpu_executable_compile, but compiles only when first launched or loaded:
+ * fused eager mode records an op's program for its text and avals, and inlines
+ * it into a larger program, so most op programs never run on their own. */
+tpu_status_t* tpu_executable_create_lazy(const char* mlir, size_t len, int nouts, tpu_executable_t** out_exe);
+/* Compiles a lazy executable now (no-op once compiled): its compile error, if any. */
+tpu_status_t* tpu_executable_load(tpu_executable_t* exe);
 /* Executables are reference counted: destroy drops one reference. */
 tpu_executable_t* tpu_executable_retain(tpu_executable_t* exe);
 void tpu_executable_destroy(tpu_executable_t* exe);
 /* Process-unique id (never reused) and the StableHLO text it was compiled from (borrowed). */
 uint64_t tpu_executable_id(const tpu_executable_t* exe);
 /* The memory mappings its code added to the process when it was compiled or
- * loaded (>= 1; what the executable cache weighs it by). */
+ * loaded (what the executable cache weighs it by; 0 while a lazy one is not compiled). */
 int tpu_executable_maps(const tpu_executable_t* exe);
 const char* tpu_executable_text(const tpu_executable_t* exe, size_t* out_len);
 /* Runs on `device` now; outputs get `out_avals` and remember `producer` (op

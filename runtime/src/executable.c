@@ -1,5 +1,6 @@
 /* Compiling StableHLO text into loaded executables and running them. */
 #include <assert.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,7 +17,9 @@
 struct tpu_executable {
   atomic_int refs;
   uint64_t id;
-  PJRT_LoadedExecutable* loaded;
+  /* NULL until compiled: a lazy executable (tpu_executable_create_lazy) compiles
+   * at its first launch or tpu_executable_load. Written once, under g_load_mu. */
+  _Atomic(PJRT_LoadedExecutable*) loaded;
   int nouts;
   char* text; /* the StableHLO it came from (fuse.c inlines it) */
   size_t text_len;
@@ -24,10 +27,12 @@ struct tpu_executable {
    * tpu_b_param_alias). PJRT donates such buffers unless told not to, so every
    * launch lists the ones its caller did not offer. */
   bool aliases;
-  int maps; /* memory mappings its code added to the process (>= 1, codemaps.h) */
+  atomic_int maps; /* memory mappings its code added to the process (codemaps.h); 0 until compiled */
 };
 
 static atomic_uint_fast64_t g_next_exe_id = 1;
+/* Serializes lazy compiles, so each executable compiles once. */
+static pthread_mutex_t g_load_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* Serialized xla.CompileOptionsProto: compile_portable_executable = true (so
  * execute_device may pick any device), then executable_build_options {
@@ -286,15 +291,12 @@ static tpu_status_t* load_or_compile(const PJRT_Api* api, const char* mlir, size
   return NULL;
 }
 
-tpu_status_t* tpu_executable_compile(const char* mlir, size_t len, int nouts,
-                                     tpu_executable_t** out_exe) {
-  if (!out_exe) return TPU_STATUS(TPU_INVALID_ARGUMENT, "out_exe is NULL");
-  *out_exe = NULL;
-  if (!mlir || len == 0) return TPU_STATUS(TPU_INVALID_ARGUMENT, "empty program");
-  if (nouts < 0) return TPU_STATUS(TPU_INVALID_ARGUMENT, "negative output count %d", nouts);
-  const PJRT_Api* api = tpu_client_api();
-  if (!api) return TPU_STATUS(TPU_FAILED_PRECONDITION, "the torchtpu runtime is not initialised");
-
+/* Compiles (or loads from the disk tier) a program that must have `nouts`
+ * outputs; out_maps: the memory mappings its code added. */
+static tpu_status_t* compile_text(const PJRT_Api* api, const char* mlir, size_t len, int nouts,
+                                  PJRT_LoadedExecutable** out_loaded, int* out_maps) {
+  *out_loaded = NULL;
+  *out_maps = 0;
   PJRT_LoadedExecutable* loaded = NULL;
   bool loop = false;
   tpu_tier_t tier = program_tier(mlir, len, &loop);
@@ -303,33 +305,83 @@ tpu_status_t* tpu_executable_compile(const char* mlir, size_t len, int nouts,
   tpu_status_t* status = load_or_compile(api, mlir, len, tier, &loaded);
   if (status) return tpu_status_annotate(status, "compile");
   int maps = tpu_codemaps_end(&probe);
-
   size_t n = 0;
   status = num_outputs(api, loaded, &n);
   if (!status && n != (size_t)nouts) {
     status = TPU_STATUS(TPU_INTERNAL, "compiled program has %zu outputs, expected %d", n, nouts);
   }
-  tpu_executable_t* exe = status ? NULL : calloc(1, sizeof *exe);
-  char* text = status ? NULL : malloc(len + 1);
-  if (!status && (!exe || !text)) status = TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "out of memory");
   if (status) {
-    free(exe);
-    free(text);
     loaded_destroy(api, loaded);
     return status;
+  }
+  *out_loaded = loaded;
+  *out_maps = maps;
+  return NULL;
+}
+
+tpu_status_t* tpu_executable_create_lazy(const char* mlir, size_t len, int nouts, tpu_executable_t** out_exe) {
+  if (!out_exe) return TPU_STATUS(TPU_INVALID_ARGUMENT, "out_exe is NULL");
+  *out_exe = NULL;
+  if (!mlir || len == 0) return TPU_STATUS(TPU_INVALID_ARGUMENT, "empty program");
+  if (nouts < 0) return TPU_STATUS(TPU_INVALID_ARGUMENT, "negative output count %d", nouts);
+  tpu_executable_t* exe = calloc(1, sizeof *exe);
+  char* text = malloc(len + 1);
+  if (!exe || !text) {
+    free(exe);
+    free(text);
+    return TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "out of memory");
   }
   memcpy(text, mlir, len);
   text[len] = '\0';
   atomic_init(&exe->refs, 1);
+  atomic_init(&exe->loaded, NULL);
+  atomic_init(&exe->maps, 0);
   exe->id = atomic_fetch_add(&g_next_exe_id, 1);
-  exe->loaded = loaded;
   exe->nouts = nouts;
   exe->text = text;
   exe->text_len = len;
   exe->aliases = strstr(text, TPU_B_ALIAS_ATTR) != NULL;
-  exe->maps = maps;
   *out_exe = exe;
   return NULL;
+}
+
+/* The compiled form, compiling it first if the executable is lazy. */
+static tpu_status_t* executable_loaded(tpu_executable_t* exe, PJRT_LoadedExecutable** out_loaded) {
+  *out_loaded = atomic_load_explicit(&exe->loaded, memory_order_acquire);
+  if (*out_loaded) return NULL;
+  const PJRT_Api* api = tpu_client_api();
+  if (!api) return TPU_STATUS(TPU_FAILED_PRECONDITION, "the torchtpu runtime is not initialised");
+  pthread_mutex_lock(&g_load_mu);
+  PJRT_LoadedExecutable* loaded = atomic_load_explicit(&exe->loaded, memory_order_relaxed);
+  tpu_status_t* status = NULL;
+  if (!loaded) {
+    int maps = 0;
+    status = compile_text(api, exe->text, exe->text_len, exe->nouts, &loaded, &maps);
+    if (!status) {
+      atomic_store_explicit(&exe->maps, maps, memory_order_relaxed);
+      atomic_store_explicit(&exe->loaded, loaded, memory_order_release);
+    }
+  }
+  pthread_mutex_unlock(&g_load_mu);
+  *out_loaded = loaded;
+  return status;
+}
+
+tpu_status_t* tpu_executable_load(tpu_executable_t* exe) {
+  if (!exe) return TPU_STATUS(TPU_INVALID_ARGUMENT, "executable is NULL");
+  PJRT_LoadedExecutable* loaded = NULL;
+  return executable_loaded(exe, &loaded);
+}
+
+tpu_status_t* tpu_executable_compile(const char* mlir, size_t len, int nouts,
+                                     tpu_executable_t** out_exe) {
+  TPU_RETURN_IF_ERROR(tpu_executable_create_lazy(mlir, len, nouts, out_exe));
+  tpu_status_t* status = tpu_executable_load(*out_exe);
+  if (status) {
+    tpu_executable_destroy(*out_exe);
+    *out_exe = NULL;
+  }
+  return status;
 }
 
 tpu_executable_t* tpu_executable_retain(tpu_executable_t* exe) {
@@ -339,14 +391,16 @@ tpu_executable_t* tpu_executable_retain(tpu_executable_t* exe) {
 
 void tpu_executable_destroy(tpu_executable_t* exe) {
   if (!exe || atomic_fetch_sub_explicit(&exe->refs, 1, memory_order_acq_rel) != 1) return;
-  loaded_destroy(tpu_client_api(), exe->loaded);
+  loaded_destroy(tpu_client_api(), atomic_load_explicit(&exe->loaded, memory_order_acquire));
   free(exe->text);
   free(exe);
 }
 
 uint64_t tpu_executable_id(const tpu_executable_t* exe) { return exe->id; }
 
-int tpu_executable_maps(const tpu_executable_t* exe) { return exe ? exe->maps : 0; }
+int tpu_executable_maps(const tpu_executable_t* exe) {
+  return exe ? atomic_load_explicit(&exe->maps, memory_order_relaxed) : 0;
+}
 
 const char* tpu_executable_text(const tpu_executable_t* exe, size_t* out_len) {
   *out_len = exe->text_len;
@@ -460,7 +514,11 @@ tpu_status_t* tpu_executable_launch_donating(tpu_executable_t* exe, int device, 
   PJRT_Buffer* const* arg_lists[1] = {arg_list};
   PJRT_Buffer** const out_lists[1] = {out_list};
   TPU_PJRT_ARGS(PJRT_LoadedExecutable_Execute_Args, call, execute_device);
-  call.executable = exe->loaded;
+  status = executable_loaded(exe, &call.executable);
+  if (status) {
+    status = tpu_status_annotate(status, "%s", producer);
+    goto done;
+  }
   call.options = &options;
   call.argument_lists = arg_lists;
   call.num_devices = 1;

@@ -409,6 +409,20 @@ static tpu_status_t* fuse_text(const fuse_queue_t* q, const int32_t* outs, int n
   return st;
 }
 
+/* A fused program that did not compile: op programs are compiled only when they
+ * run alone (tpu_executable_create_lazy), so compile them now and name the first
+ * op whose own program fails; if none does, the fused program's error stands. */
+static tpu_status_t* fuse_blame(const fuse_queue_t* q, tpu_status_t* st) {
+  for (int i = 0; i < q->nops; ++i) {
+    tpu_status_t* own = tpu_executable_load(q->ops[i].exe);
+    if (own) {
+      tpu_status_free(st);
+      return tpu_status_annotate(own, "%s", q->ops[i].producer);
+    }
+  }
+  return st;
+}
+
 /* The compiled fused program for this recording: from the cache, or written,
  * compiled (through the disk tier) and inserted. Returns a referenced entry. */
 static tpu_status_t* fuse_program(const fuse_queue_t* q, const int32_t* outs, int nouts, const int32_t* alias,
@@ -434,7 +448,7 @@ static tpu_status_t* fuse_program(const fuse_queue_t* q, const int32_t* outs, in
     c.out_avals = st ? NULL : calloc((size_t)(nouts ? nouts : 1), sizeof(tpu_aval_t));
     if (!st && !c.out_avals) st = TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "fused eager: out of host memory");
     for (int i = 0; !st && i < nouts; ++i) c.out_avals[i] = q->vals[outs[i]].aval;
-    if (!st) st = tpu_executable_compile(text, strlen(text), nouts, &c.exe);
+    if (!st && (st = tpu_executable_compile(text, strlen(text), nouts, &c.exe)) != NULL) st = fuse_blame(q, st);
     if (!st) {
       tpu_metric_add(TPU_METRIC_FUSED_PROGRAMS, 1);
       st = tpu_cache_insert(k.data, k.len, hash, &c, out_entry);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device.h"
 #include "kit.h"
 #include "test.h"
 
@@ -201,4 +202,80 @@ TEST(fuse_buffers_held_only_by_the_recording_are_donated) {
   ASSERT_OK(kit_read_f32(&x, again, 8));
   for (int i = 0; i < 8; ++i) EXPECT_EQ_INT(again[i] == got[i], 1);
   kit_release(&x);
+}
+
+/* An op program recorded in fused mode compiles only if it runs on its own:
+ * the recording inlines its text into the fused program, the one compile. A
+ * strict run of the same ops then compiles each op's program at its first launch. */
+TEST(fuse_op_programs_compile_only_when_run_alone) {
+  static const float data[21] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21};
+  tpu_tensor_t x, a, b;
+  ASSERT_OK(kit_tensor(TPU_F32, 2, (int64_t[]){3, 7}, data, &x)); /* a shape no other test uses */
+  float want[21], got[21];
+  tpu_runtime_set_eager_mode(TPU_EAGER_FUSED);
+  int64_t compiles = tpu_metric_get(TPU_METRIC_COMPILES);
+  tpu_status_t* st = fz_chain(&x, 6, &a);
+  if (!st) st = kit_read_f32(&a, got, 21);
+  const int64_t fused_compiles = tpu_metric_get(TPU_METRIC_COMPILES) - compiles;
+  tpu_runtime_set_eager_mode(TPU_EAGER_STRICT);
+  ASSERT_OK(st);
+  EXPECT_EQ_INT(fused_compiles, 1);
+  compiles = tpu_metric_get(TPU_METRIC_COMPILES);
+  ASSERT_OK(fz_chain(&x, 6, &b)); /* add and mul, each compiled at its first launch */
+  ASSERT_OK(kit_read_f32(&b, want, 21));
+  EXPECT_EQ_INT(tpu_metric_get(TPU_METRIC_COMPILES) - compiles, 2);
+  for (int i = 0; i < 21; ++i) EXPECT_NEAR(got[i], want[i], 1e-6 * (1 + (want[i] < 0 ? -want[i] : want[i])));
+  kit_release(&a);
+  kit_release(&b);
+  kit_release(&x);
+}
+
+static const char kFzNeg[] =
+    "module {\n"
+    "  func.func public @main(%a: tensor<3xf32>) -> tensor<3xf32> {\n"
+    "    %0 = \"stablehlo.negate\"(%a) : (tensor<3xf32>) -> tensor<3xf32>\n"
+    "    \"func.return\"(%0) : (tensor<3xf32>) -> ()\n"
+    "  }\n"
+    "}\n";
+static const char kFzBroken[] =
+    "module {\n"
+    "  func.func public @main(%a: tensor<3xf32>) -> tensor<3xf32> {\n"
+    "    %0 = \"stablehlo.no_such_op\"(%a) : (tensor<3xf32>) -> tensor<3xf32>\n"
+    "    \"func.return\"(%0) : (tensor<3xf32>) -> ()\n"
+    "  }\n"
+    "}\n";
+
+/* A fused program that does not compile names the op whose own program does
+ * not (op programs are compiled lazily, so the flush compiles them to find it). */
+TEST(fuse_a_program_that_does_not_compile_names_its_op) {
+  tpu_executable_t *neg = NULL, *broken = NULL;
+  ASSERT_OK(tpu_executable_create_lazy(kFzNeg, strlen(kFzNeg), 1, &neg));
+  ASSERT_OK(tpu_executable_create_lazy(kFzBroken, strlen(kFzBroken), 1, &broken));
+  const float in[3] = {1, -2, 3};
+  float out[3];
+  tpu_aval_t aval = tpu_aval_make(TPU_F32, 1, (int64_t[]){3});
+  tpu_buffer_t *a = NULL, *r1 = NULL, *r2 = NULL;
+  ASSERT_OK(tpu_buffer_from_host(0, in, &aval, &a));
+  tpu_runtime_set_eager_mode(TPU_EAGER_FUSED);
+  tpu_status_t* st = tpu_executable_execute(neg, 0, 1, &a, 1, &aval, "neg_op", &r1);
+  if (!st) st = tpu_executable_execute(broken, 0, 1, &r1, 1, &aval, "broken_op", &r2);
+  tpu_status_t* err = st ? NULL : tpu_buffer_to_host(r2, out, sizeof out);
+  tpu_runtime_set_eager_mode(TPU_EAGER_STRICT);
+  ASSERT_OK(st);
+  EXPECT(err != NULL);
+  if (err) {
+    EXPECT(strstr(tpu_status_message(err), "broken_op") != NULL);
+    tpu_status_free(err);
+  }
+  /* The op that compiles still runs, alone. */
+  tpu_buffer_t* r3 = NULL;
+  EXPECT_OK(tpu_executable_execute(neg, 0, 1, &a, 1, &aval, "neg_op", &r3));
+  if (r3) EXPECT_OK(tpu_buffer_to_host(r3, out, sizeof out));
+  EXPECT(out[0] == -1 && out[1] == 2 && out[2] == -3);
+  tpu_buffer_release(r3);
+  tpu_buffer_release(r2);
+  tpu_buffer_release(r1);
+  tpu_buffer_release(a);
+  tpu_executable_destroy(broken);
+  tpu_executable_destroy(neg);
 }
