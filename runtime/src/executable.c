@@ -18,8 +18,10 @@ struct tpu_executable {
   atomic_int refs;
   uint64_t id;
   /* NULL until compiled: a lazy executable (tpu_executable_create_lazy) compiles
-   * at its first launch or tpu_executable_load. Written once, under g_load_mu. */
+   * at its first launch or tpu_executable_load. Written once, under load_mu, so
+   * it compiles once; other executables compile meanwhile. */
   _Atomic(PJRT_LoadedExecutable*) loaded;
+  pthread_mutex_t load_mu;
   int nouts;
   char* text; /* the StableHLO it came from (fuse.c inlines it) */
   size_t text_len;
@@ -31,8 +33,6 @@ struct tpu_executable {
 };
 
 static atomic_uint_fast64_t g_next_exe_id = 1;
-/* Serializes lazy compiles, so each executable compiles once. */
-static pthread_mutex_t g_load_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* Serialized xla.CompileOptionsProto: compile_portable_executable = true (so
  * execute_device may pick any device), then executable_build_options {
@@ -335,6 +335,7 @@ tpu_status_t* tpu_executable_create_lazy(const char* mlir, size_t len, int nouts
   text[len] = '\0';
   atomic_init(&exe->refs, 1);
   atomic_init(&exe->loaded, NULL);
+  pthread_mutex_init(&exe->load_mu, NULL);
   atomic_init(&exe->maps, 0);
   exe->id = atomic_fetch_add(&g_next_exe_id, 1);
   exe->nouts = nouts;
@@ -351,7 +352,7 @@ static tpu_status_t* executable_loaded(tpu_executable_t* exe, PJRT_LoadedExecuta
   if (*out_loaded) return NULL;
   const PJRT_Api* api = tpu_client_api();
   if (!api) return TPU_STATUS(TPU_FAILED_PRECONDITION, "the torchtpu runtime is not initialised");
-  pthread_mutex_lock(&g_load_mu);
+  pthread_mutex_lock(&exe->load_mu);
   PJRT_LoadedExecutable* loaded = atomic_load_explicit(&exe->loaded, memory_order_relaxed);
   tpu_status_t* status = NULL;
   if (!loaded) {
@@ -362,7 +363,7 @@ static tpu_status_t* executable_loaded(tpu_executable_t* exe, PJRT_LoadedExecuta
       atomic_store_explicit(&exe->loaded, loaded, memory_order_release);
     }
   }
-  pthread_mutex_unlock(&g_load_mu);
+  pthread_mutex_unlock(&exe->load_mu);
   *out_loaded = loaded;
   return status;
 }
@@ -392,6 +393,7 @@ tpu_executable_t* tpu_executable_retain(tpu_executable_t* exe) {
 void tpu_executable_destroy(tpu_executable_t* exe) {
   if (!exe || atomic_fetch_sub_explicit(&exe->refs, 1, memory_order_acq_rel) != 1) return;
   loaded_destroy(tpu_client_api(), atomic_load_explicit(&exe->loaded, memory_order_acquire));
+  pthread_mutex_destroy(&exe->load_mu);
   free(exe->text);
   free(exe);
 }
