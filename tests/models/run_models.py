@@ -3,6 +3,7 @@
 
     run_models.py [--families llama,bert,...] [--report DIR] [--jobs N] [--timeout S]
                   [--dtypes f32,bf16] [--checks fwd,bwd,train,gen,gen_static]
+                  [--eager debug|strict|fused]
 
 Each family runs in its own subprocess (one crash or hang costs one family); the child
 streams one JSON line per check into a file, so a timeout keeps the checks done so far.
@@ -53,13 +54,14 @@ def plan(fam, dtypes, checks):
     return cells
 
 
-def run_family(fam, dtypes, checks, emit):
-    """Runs every cell of one family in this process, calling emit(result dict)."""
+def run_family(fam, dtypes, checks, emit, eager="debug"):
+    """Runs every cell of one family in this process, calling emit(result dict).
+    Debug eager mode by default: errors surface on the op's own line."""
     import torch
     import torchtpu
     from models import checks as ck
 
-    torchtpu.set_eager_mode("debug")  # errors surface on the op's own line
+    torchtpu.set_eager_mode(eager)
     t0 = time.time()
     try:
         config = fam.config()
@@ -100,7 +102,7 @@ def _child(args):
         def emit(r):
             f.write(json.dumps(r) + "\n")
             f.flush()
-        run_family(fam, args.dtypes.split(","), args.checks.split(","), emit)
+        run_family(fam, args.dtypes.split(","), args.checks.split(","), emit, args.eager)
 
 
 def run_one(name, args):
@@ -108,7 +110,7 @@ def run_one(name, args):
     fd, path = tempfile.mkstemp(prefix=f"models-{name}-", suffix=".jsonl")
     os.close(fd)
     cmd = [sys.executable, os.path.abspath(__file__), "--child", name, "--out", path,
-           "--dtypes", args.dtypes, "--checks", args.checks]
+           "--dtypes", args.dtypes, "--checks", args.checks, "--eager", args.eager]
     t0 = time.time()
     status, tail = None, ""
     try:
@@ -179,7 +181,7 @@ def columns(dtypes, checks):
     return cols
 
 
-def write_report(fams, dtypes, checks, report_dir, wall):
+def write_report(fams, dtypes, checks, report_dir, wall, eager="debug"):
     os.makedirs(report_dir, exist_ok=True)
     cols = columns(dtypes, checks)
     stats = {}
@@ -191,13 +193,13 @@ def write_report(fams, dtypes, checks, report_dir, wall):
                  if all((_find(f, c) is None or _find(f, c)["status"] in ("pass",)) for c in cols)
                  and not any(r["check"] == "_process" for r in f["results"])]
     data = {"date": datetime.datetime.now().isoformat(timespec="seconds"),
-            "wall_seconds": round(wall, 1), "dtypes": dtypes, "checks": checks,
+            "wall_seconds": round(wall, 1), "eager_mode": eager, "dtypes": dtypes, "checks": checks,
             "columns": ["/".join(c) for c in cols], "pass_rate": stats,
             "families_all_pass": full_pass, "families": fams}
     with open(os.path.join(report_dir, "models.json"), "w") as f:
         json.dump(data, f, indent=1)
     md = ["# torchtpu model suite (Hugging Face transformers on `tpu` vs CPU)", "",
-          f"{data['date']}, wall time {wall:.0f} s, {len(fams)} families, "
+          f"{data['date']}, {eager} eager mode, wall time {wall:.0f} s, {len(fams)} families, "
           f"{len(full_pass)} pass every check. Tolerances and their reasons: "
           "`tests/models/checks.py`. ok = pass, tie = generated tokens differ only after "
           "a near-tie in the CPU logits, FAIL = mismatch, ERR = raised on tpu, "
@@ -258,6 +260,8 @@ def main(argv=None):
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per family")
     p.add_argument("--dtypes", default="f32,bf16")
     p.add_argument("--checks", default=",".join(ALL_CHECKS))
+    p.add_argument("--eager", default="debug", choices=["debug", "strict", "fused"],
+                   help="eager mode the tpu side runs in")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -282,7 +286,7 @@ def main(argv=None):
                   f"{bad} failing cells", flush=True)
     ordered = [fams[n] for n in names]
     write_report(ordered, args.dtypes.split(","), args.checks.split(","), args.report,
-                 time.time() - t0)
+                 time.time() - t0, args.eager)
     print(f"wrote {args.report}/models.md and models.json ({time.time() - t0:.0f} s)")
     return 0
 
