@@ -19,11 +19,17 @@ HERE = pathlib.Path(__file__).parent / "dist"
 
 
 def _torchrun(script, nproc, tmp_path, *args, **extra_env):
-    env = dict(os.environ, OMP_NUM_THREADS="1", TORCHTPU_CACHE_DIR=str(tmp_path / "cache"), **extra_env)
+    # PYTHONFAULTHANDLER: a rank that dies of a signal prints every thread's Python stack.
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONFAULTHANDLER="1", TORCHTPU_CACHE_DIR=str(tmp_path / "cache"),
+               **extra_env)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
            str(HERE / script), *args]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-6000:])
+    if r.returncode != 0:
+        # Whole, in pytest's captured-output sections: its assertion repr cuts long messages.
+        print(r.stdout)
+        print(r.stderr, file=sys.stderr)
+    assert r.returncode == 0, r.stderr[-2000:]
     # Ranks share stdout: their lines may interleave, so callers count markers, not lines.
     return r.stdout
 

@@ -20,7 +20,8 @@ struct tpu_cache_entry {
   uint8_t* key;
   size_t len;
   tpu_compiled_t compiled;
-  size_t weight;   /* what the table counts for it (a lazy executable weighs more once compiled) */
+  size_t weight;   /* what the table counts for it... */
+  bool weighed;    /* ...final once its executable is compiled (a lazy one weighs 1 until then) */
   atomic_int refs; /* the table holds one */
   tpu_cache_entry_t* next; /* bucket chain */
   tpu_cache_entry_t* lru_prev;
@@ -35,9 +36,13 @@ static size_t tpu_cache_count;  /* entries */
 static size_t tpu_cache_weight; /* their total weight, bounded by the capacity */
 static size_t tpu_cache_capacity;
 
-static size_t tpu_entry_weight(const tpu_cache_entry_t* e) {
+/* Weighs `e` by its executable's code mappings (under the lock). */
+static void tpu_entry_weigh_locked(tpu_cache_entry_t* e) {
   int maps = tpu_executable_maps(e->compiled.exe);
-  return maps > 0 ? (size_t)maps : 1;
+  size_t w = maps > 0 ? (size_t)maps : 1;
+  tpu_cache_weight += w - e->weight;
+  e->weight = w;
+  e->weighed = maps > 0;
 }
 
 uint64_t tpu_hash_bytes(const uint8_t* data, size_t len) {
@@ -105,9 +110,7 @@ tpu_cache_entry_t* tpu_cache_lookup(const uint8_t* key, size_t len, uint64_t has
   tpu_cache_entry_t* e = tpu_cache_find_locked(key, len, hash);
   if (e) {
     atomic_fetch_add(&e->refs, 1);
-    size_t w = tpu_entry_weight(e); /* the next insert evicts by it */
-    tpu_cache_weight += w - e->weight;
-    e->weight = w;
+    if (!e->weighed) tpu_entry_weigh_locked(e); /* compiled since: the next insert evicts by it */
     if (tpu_lru_head != e) {
       tpu_lru_unlink(e);
       tpu_lru_push_front(e);
@@ -158,8 +161,7 @@ tpu_status_t* tpu_cache_insert(const uint8_t* key, size_t len, uint64_t hash, tp
   tpu_cache_buckets[b] = e;
   tpu_lru_push_front(e);
   tpu_cache_count++;
-  e->weight = tpu_entry_weight(e);
-  tpu_cache_weight += e->weight;
+  tpu_entry_weigh_locked(e);
   while (tpu_cache_weight > tpu_cache_capacity_get() && tpu_lru_tail && tpu_lru_tail != e) {
     tpu_cache_entry_t* old = tpu_lru_tail;
     tpu_cache_unlink_locked(old);

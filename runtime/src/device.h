@@ -135,6 +135,10 @@ tpu_status_t* tpu_executable_execute_donating(tpu_executable_t* exe, int device,
                                               const tpu_aval_t* out_avals, const char* producer,
                                               tpu_buffer_t** out_buffers);
 
+/* Fused eager mode's donation switch (TORCHTPU_FUSED_DONATE), for tests that
+ * cover both settings in one process: later flushes follow it. */
+void tpu_fuse_set_donation(bool on);
+
 /* INVALID_ARGUMENT naming the device unless 0 <= device < device count. */
 tpu_status_t* tpu_runtime_check_device(int device);
 

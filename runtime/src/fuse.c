@@ -88,17 +88,20 @@ static int fuse_limit(void) {
   return n;
 }
 
-/* TORCHTPU_FUSED_DONATE=1 turns donation on (read once). Off by default: on the
- * CPU plugin a GPT-shaped step ran 25-35% slower with it although XLA compiled
- * the same program (docs/eager-modes.md). */
+/* TORCHTPU_FUSED_DONATE=1 turns donation on (read once, unless set first).
+ * Off by default: on the CPU plugin a GPT-shaped step ran 25-35% slower with it
+ * although XLA compiled the same program (docs/eager-modes.md). */
+static atomic_int g_fuse_donate; /* 0: not read yet, 1: off, 2: on */
+
 static bool fuse_donates(void) {
-  static atomic_int on; /* 0: not read yet, 1: off, 2: on */
-  int v = atomic_load_explicit(&on, memory_order_relaxed);
+  int v = atomic_load_explicit(&g_fuse_donate, memory_order_relaxed);
   if (v) return v == 2;
   v = tpu_env_int("TORCHTPU_FUSED_DONATE", 0, 1, 0) ? 2 : 1;
-  atomic_store_explicit(&on, v, memory_order_relaxed);
+  atomic_store_explicit(&g_fuse_donate, v, memory_order_relaxed);
   return v == 2;
 }
+
+void tpu_fuse_set_donation(bool on) { atomic_store_explicit(&g_fuse_donate, on ? 2 : 1, memory_order_relaxed); }
 
 static bool fuse_grow(void** arr, int* cap, int need, size_t size) {
   if (need <= *cap) return true;

@@ -167,9 +167,10 @@ static tpu_status_t* fz_chain_in_place(const tpu_tensor_t* x, int n) {
   return st;
 }
 
-/* A buffer the recording holds alone (its storage was overwritten while
- * recording: an optimizer step's parameters and state) is donated to the value
- * that replaced it; one something else still holds is not. Results equal strict's. */
+/* With donation on (TORCHTPU_FUSED_DONATE=1), a buffer the recording holds
+ * alone (its storage was overwritten while recording: an optimizer step's
+ * parameters and state) is donated to the value that replaced it; one something
+ * else still holds is not. Off (the default), nothing is. Results equal strict's. */
 TEST(fuse_buffers_held_only_by_the_recording_are_donated) {
   float want[8], got[8];
   tpu_tensor_t x;
@@ -180,20 +181,28 @@ TEST(fuse_buffers_held_only_by_the_recording_are_donated) {
 
   ASSERT_OK(kit_tensor(TPU_F32, 1, (int64_t[]){8}, fz_data, &x));
   tpu_runtime_set_eager_mode(TPU_EAGER_FUSED);
+  tpu_fuse_set_donation(false);
   tpu_status_t* st = fz_chain_in_place(&x, 10); /* from an upload, which is never donated */
   if (!st) st = kit_read_f32(&x, got, 8);
+  const int64_t before = tpu_metric_get(TPU_METRIC_DONATED_BUFFERS);
+  if (!st) st = fz_chain_in_place(&x, 4); /* only the recording holds the old buffer, but off */
+  if (!st) st = kit_read_f32(&x, got, 8);
+  const int64_t off = tpu_metric_get(TPU_METRIC_DONATED_BUFFERS);
+  tpu_fuse_set_donation(true);
   tpu_storage_t* clone = NULL; /* shares x's device-made buffer, as a tensor's clone does */
   if (!st) st = tpu_storage_create(0, 32, &clone);
   if (!st) tpu_storage_assign(clone, x.storage);
   const int64_t donated = tpu_metric_get(TPU_METRIC_DONATED_BUFFERS);
-  if (!st) st = fz_chain_in_place(&x, 10); /* the clone still reads the old buffer: kept */
+  if (!st) st = fz_chain_in_place(&x, 6); /* the clone still reads the old buffer: kept */
   if (!st) st = kit_read_f32(&x, got, 8);
   const int64_t held = tpu_metric_get(TPU_METRIC_DONATED_BUFFERS);
   tpu_storage_release(clone);
   if (!st) st = fz_chain_in_place(&x, 10); /* now only the recording holds the old buffer */
   if (!st) st = kit_read_f32(&x, got, 8);
   tpu_runtime_set_eager_mode(TPU_EAGER_STRICT);
+  tpu_fuse_set_donation(false);
   ASSERT_OK(st);
+  EXPECT_EQ_INT(off, before);
   EXPECT_EQ_INT(held, donated);
   EXPECT_EQ_INT(tpu_metric_get(TPU_METRIC_DONATED_BUFFERS), donated + 1);
   for (int i = 0; i < 8; ++i) EXPECT_NEAR(got[i], want[i], 1e-6 * (1 + (want[i] < 0 ? -want[i] : want[i])));

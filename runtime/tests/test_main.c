@@ -115,8 +115,6 @@ int main(int argc, char** argv) {
     return 1;
   }
   cache_dir_setup();
-  /* Fused eager tests cover the opt-in donation path (the runtime reads it once). */
-  setenv("TORCHTPU_FUSED_DONATE", "1", 0);
   tpu_status_t* status = tpu_runtime_init(plugin, 1);
   if (status) {
     fprintf(stderr, "tpu_runtime_init(%s): %s: %s\n", plugin,
