@@ -32,14 +32,14 @@ def test_a_chain_of_ops_is_one_execution(fused):
     t = x.to("tpu")
     torch.tpu.synchronize()
     before = torchtpu.metrics()
-    for _ in range(500):
+    for _ in range(150):  # 300 ops of ~0.6 KB each: under the size limits (256 KiB, 2000 ops)
         t = t.add(1e-3).mul(0.999)
         x = x.add(1e-3).mul(0.999)
     mid = _delta(before, "executions", "fused_ops")
     assert mid["executions"] == 0  # nothing launched before the sync
-    assert mid["fused_ops"] == 1000
+    assert mid["fused_ops"] == 300
     # One program lets XLA contract each mul with the next add into an FMA (one
-    # rounding instead of two); over 1,000 dependent ops that drifts up to ~150
+    # rounding instead of two); over 1,000 dependent ops that drifted up to ~150
     # float32 ulps from op-by-op rounding, hence 10x the float32 tolerance.
     assert_same(t, x, scale=10)
     assert _delta(before, "executions")["executions"] == 1
@@ -102,28 +102,90 @@ def test_training_matches_cpu_and_steady_state_does_not_compile(fused):
         assert c["donated_buffers"] == 0, deltas
 
 
-def test_opt_in_donation_gives_old_buffers_to_their_new_values():
-    # TORCHTPU_FUSED_DONATE=1 (read once, so a process of its own): an AdamW step
-    # updates each parameter and both moments in place, so their old buffers are
-    # held by nothing but the recording and each goes to its new value. Training
-    # stays equal to CPU and the steady state compiles nothing.
-    script = r"""
+def _fused_training_in_a_process(steps, fields, **env_vars):
+    """train_adamw_like_cpu in fused mode, in a process of its own (the runtime
+    reads these variables once): each step's deltas of the metrics `fields`."""
+    script = f"""
 import torchtpu, test_fused
 torchtpu.set_eager_mode("fused")
-for d in test_fused.train_adamw_like_cpu():
-    print("step", d["donated_buffers"], d["compiles"])
+for d in test_fused.train_adamw_like_cpu(steps={steps}):
+    print("step", *(d[f] for f in {fields!r}))
 print("ok")
 """
-    env = dict(os.environ, TORCHTPU_FUSED_DONATE="1")
+    env = dict(os.environ, **env_vars)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.dirname(__file__), env.get("PYTHONPATH")]))
     r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.strip().endswith("ok"), r.stdout
-    steps = [line.split()[1:] for line in r.stdout.splitlines() if line.startswith("step")]
+    rows = [[int(v) for v in line.split()[1:]] for line in r.stdout.splitlines() if line.startswith("step")]
+    assert len(rows) == steps, r.stdout
+    return rows
+
+
+def test_opt_in_donation_gives_old_buffers_to_their_new_values():
+    # TORCHTPU_FUSED_DONATE=1: an AdamW step updates each parameter and both
+    # moments in place, so their old buffers are held by nothing but the recording
+    # and each goes to its new value. Training stays equal to CPU and the steady
+    # state compiles nothing.
+    steps = _fused_training_in_a_process(6, ["donated_buffers", "compiles"], TORCHTPU_FUSED_DONATE="1")
     nparams = 6  # two Linear (weight, bias) and a LayerNorm (weight, bias)
-    assert len(steps) == 6, r.stdout
     for donated, compiles in steps[3:]:
-        assert int(donated) >= 3 * nparams and int(compiles) == 0, r.stdout
+        assert donated >= 3 * nparams and compiles == 0, steps
+
+
+def test_a_download_ends_the_recording_even_of_a_settled_value(fused):
+    # .item() and .cpu() are sync points: reading a tensor computed earlier (here
+    # an upload; in a loop, a loss that a size cut already computed) still runs
+    # what was recorded, so a loop's recordings start at its sync points.
+    x = torch.randn(16)
+    settled = x.to("tpu")
+    torch.tpu.synchronize()
+    t = settled * 2
+    before = torchtpu.metrics()
+    u = (t + 1).sin()
+    assert _delta(before, "fused_flushes")["fused_flushes"] == 0  # recorded
+    assert settled.cpu().equal(x)
+    assert _delta(before, "fused_flushes")["fused_flushes"] == 1
+    before = torchtpu.metrics()
+    assert_same(u, (x * 2 + 1).sin())  # already computed: nothing left to run
+    assert _delta(before, "fused_flushes")["fused_flushes"] == 0
+
+
+def test_cuts_by_program_size_repeat_at_every_step():
+    # TORCHTPU_FUSED_MAX_TEXT=20000 cuts each step's recording every few ops (a
+    # layer norm's program alone is larger), so `loss.item()` reads a value an
+    # earlier cut already computed. The download still ends the recording: every
+    # step is cut at the same ops, training equals CPU and the steady state
+    # compiles nothing.
+    steps = _fused_training_in_a_process(8, ["fused_programs", "compiles", "executions"],
+                                         TORCHTPU_FUSED_MAX_TEXT="20000")
+    assert steps[0][2] >= 3, steps  # cut: several programs per step
+    for programs, compiles, _ in steps[4:]:
+        assert programs == 0 and compiles == 0, steps
+
+
+def test_chained_layer_norms_are_cut_into_one_repeated_program(fused):
+    # A layer norm's program is ~60 KB of StableHLO; XLA's compile time grows
+    # superlinearly with a program's size (40 chained in one program: 77 s). At
+    # the default text limit (256 KiB) the first cut learns the period (layer
+    # norm, gelu) and every later cut falls on it: one program, run again and again.
+    torch.manual_seed(0)
+    lns = [nn.LayerNorm(64) for _ in range(24)]
+    x = torch.randn(8, 64)
+
+    def run(t, mods):
+        for m in mods:
+            t = nn.functional.gelu(m(t))
+        return t
+
+    want = run(x, lns)
+    mods = [m.to("tpu") for m in lns]
+    before = torchtpu.metrics()
+    got = run(x.to("tpu"), mods).cpu()
+    d = _delta(before, "fused_programs", "fused_flushes")
+    assert d["fused_flushes"] >= 4, d
+    assert d["fused_programs"] <= 3, d
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)  # 24 float32 layers
 
 
 def test_tied_weights_forward_and_backward_in_one_program(fused):

@@ -438,6 +438,12 @@ static tpu_status_t* to_host(tpu_buffer_t* buf, void* dst, size_t nbytes) {
   }
   if (!dst && nbytes > 0) return TPU_STATUS(TPU_INVALID_ARGUMENT, "to_host: dst is NULL");
   tpu_metric_add(TPU_METRIC_SYNCS, 1);
+  /* A download is a sync point (as .item() is on CUDA): in fused eager mode it
+   * ends the device's recording even when `buf` was settled earlier by a cut, so
+   * recordings start at the program's sync points (a loop's .item()) and repeat
+   * instead of drifting across them. A failure there is reported where the
+   * failed results are read, not here. */
+  tpu_status_free(tpu_buffer_flush_pending(buf->device));
   TPU_RETURN_IF_ERROR(buffer_real(buf, &buf));
   /* Wait for the producer first so its failure is reported as the producer's,
    * not as a transfer error. */

@@ -31,6 +31,10 @@
 #include "tracing.h"
 
 #define FUSE_DEFAULT_LIMIT 2000
+/* XLA's compile time grows faster than linearly with a program's size: a cut
+ * also falls where the recorded ops' StableHLO text reaches this many bytes
+ * (one layer norm's program is ~60 KB, an add's ~0.6 KB). */
+#define FUSE_DEFAULT_TEXT_LIMIT (1 << 18)
 
 typedef struct fuse_val {
   tpu_buffer_t* ext;     /* an input: the buffer (retained) */
@@ -62,7 +66,8 @@ typedef struct fuse_queue {
   tpu_buffer_t** seen_keys;
   int32_t* seen_vals;
   int seen_cap, seen_len;
-  int cut; /* a multiple of the recording's period learned at a size-limit cut; 0: none */
+  size_t text; /* bytes of the recorded ops' programs (what XLA inlines) */
+  int period; /* the recorded loop's period in ops, learned at a size-limit cut; 0: none yet */
 } fuse_queue_t;
 
 static fuse_queue_t g_queues[TPU_MAX_DEVICES];
@@ -86,6 +91,23 @@ static int fuse_limit(void) {
   n = (int)tpu_env_int("TORCHTPU_FUSED_MAX_OPS", 1, 1000000, FUSE_DEFAULT_LIMIT);
   atomic_store_explicit(&limit, n, memory_order_relaxed);
   return n;
+}
+
+/* TORCHTPU_FUSED_MAX_TEXT: bytes of recorded op programs before a cut (read once). */
+static size_t fuse_text_limit(void) {
+  static _Atomic size_t limit;
+  size_t n = atomic_load_explicit(&limit, memory_order_relaxed);
+  if (n > 0) return n;
+  n = (size_t)tpu_env_int("TORCHTPU_FUSED_MAX_TEXT", 1, (int64_t)1 << 40, FUSE_DEFAULT_TEXT_LIMIT);
+  atomic_store_explicit(&limit, n, memory_order_relaxed);
+  return n;
+}
+
+/* Time to cut: past a size limit, on a multiple of the learned period, so that a
+ * loop's recordings all start at the same op and repeat (one program, compiled once). */
+static bool fuse_full(const fuse_queue_t* q) {
+  if (q->nops < fuse_limit() && q->text < fuse_text_limit()) return false;
+  return q->period == 0 || q->nops % q->period == 0;
 }
 
 /* TORCHTPU_FUSED_DONATE=1 turns donation on (read once, unless set first).
@@ -216,6 +238,9 @@ static tpu_status_t* fuse_record(tpu_executable_t* exe, int device, int nargs, t
   memcpy(op->producer, producer, plen);
   op->producer[plen] = '\0';
   q->nargs += nargs;
+  size_t text_len = 0;
+  tpu_executable_text(exe, &text_len);
+  q->text += text_len;
   for (int j = 0; j < nouts && !st; ++j) {
     fuse_val_t* v = &q->vals[q->nvals];
     *v = (fuse_val_t){NULL, NULL, q->nops, j, -1, -1, out_avals[j]};
@@ -228,7 +253,7 @@ static tpu_status_t* fuse_record(tpu_executable_t* exe, int device, int nargs, t
   tpu_metric_add(TPU_METRIC_FUSED_OPS, 1);
   /* A cut's failure is reported by the op that made it too (its placeholders
    * are settled as failed, so releasing them does not come back here). */
-  if (!st && q->nops >= (q->cut ? q->cut : fuse_limit())) st = fuse_flush_locked(q, device, true);
+  if (!st && fuse_full(q)) st = fuse_flush_locked(q, device, true);
   if (st) {
     for (int j = 0; j < op->nouts; ++j) {
       if (!out_buffers[j]) continue;
@@ -594,15 +619,13 @@ static void fuse_reset(fuse_queue_t* q) {
   for (int i = 0; i < q->nops; ++i) tpu_executable_destroy(q->ops[i].exe);
   if (q->seen_len) memset(q->seen_keys, 0, sizeof(*q->seen_keys) * (size_t)q->seen_cap);
   q->nops = q->nargs = q->nvals = q->nparams = q->seen_len = 0;
+  q->text = 0;
   q->epoch++;
 }
 
 static tpu_status_t* fuse_flush_locked(fuse_queue_t* q, int device, bool at_limit) {
   if (q->nops == 0) return NULL;
-  if (at_limit && !q->cut) {
-    int p = fuse_period(q), limit = fuse_limit();
-    q->cut = p > 0 ? p * (limit / p) : 0;
-  }
+  if (at_limit && !q->period) q->period = fuse_period(q);
   int32_t* outs = malloc(sizeof(int32_t) * (size_t)(q->nvals ? q->nvals : 1));
   tpu_status_t* st = outs ? NULL : TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "fused eager: out of host memory");
   int n = 0;
