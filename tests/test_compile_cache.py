@@ -294,15 +294,16 @@ def test_quick_tier_compiles_small_programs_only(tmp_path):
     larger ones with the defaults, and both match CPU. TORCHTPU_QUICK_COMPILE_MAX_ELEMENTS=0
     turns the tier off; the options are in the disk key, so a quick entry never
     serves a default compile of the same program."""
-    small = run(tmp_path / "a")  # SHAPES=4: every array has at most 60 elements
+    # Strict mode (also under TORCHTPU_EAGER_MODE=fused): the tiers are about op programs.
+    small = run(tmp_path / "a", TORCHTPU_EAGER_MODE="strict")  # SHAPES=4: every array has at most 60 elements
     m = small["metrics"]
     assert small["ok"] and m["compiles"] >= 4 and m["compiles_quick"] == m["compiles"], m
     # 8000 x 12 = 96000 elements in x: the matmul reading it compiles with the
     # defaults; the ops after it see 8000 x 5 = 40000 and compile quick.
-    big = run(tmp_path / "b", SHAPES="8000")
+    big = run(tmp_path / "b", SHAPES="8000", TORCHTPU_EAGER_MODE="strict")
     mb = big["metrics"]
     assert big["ok"] and 0 < mb["compiles_quick"] < mb["compiles"], mb
-    off = run(tmp_path / "a", TORCHTPU_QUICK_COMPILE_MAX_ELEMENTS=0)
+    off = run(tmp_path / "a", TORCHTPU_QUICK_COMPILE_MAX_ELEMENTS=0, TORCHTPU_EAGER_MODE="strict")
     mo = off["metrics"]
     assert off["ok"] and mo["compiles_quick"] == 0, mo
     assert mo["compiles"] == m["compiles"] and mo["disk_cache_hits"] == 0, (mo, m)

@@ -270,35 +270,43 @@ def test_autograd_and_compile_inside_fused_mode(fused):
 
 
 def test_a_loop_without_syncs_is_cut_at_its_period():
-    # 200 iterations of a 3-op loop with a limit of 64 recorded executions: the
+    # A 3-op loop body, 200 times, with a limit of 64 recorded executions: the
     # first cut learns the period (3) and later cuts fall on multiples of it, so
-    # every later chunk is the same program.
+    # every later chunk is the same program. After a sync, a 5-op loop learns its
+    # own period: cuts on multiples of 3 would start its chunks at 5 different ops.
     script = r"""
 import torch, torchtpu
-def loop(t):
+def loop3(t):
     for _ in range(200):
         t = (t * 0.5).add(1.0).sin()
     return t
+def loop5(t):
+    for _ in range(200):
+        t = (t * 0.5).add(1.0).sin().mul(2.0).cos()
+    return t
 x = torch.randn(32)
-torchtpu.set_eager_mode("strict")
-want = loop(x.to("tpu")).cpu()
-with torchtpu.eager_mode("fused"):
-    before = torchtpu.metrics()
-    got = loop(x.to("tpu")).cpu()
-m = torchtpu.metrics()
-print("programs", m["fused_programs"] - before["fused_programs"])
-print("flushes", m["fused_flushes"] - before["fused_flushes"])
-torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+for name, loop in (("a", loop3), ("b", loop5)):
+    torchtpu.set_eager_mode("strict")
+    want = loop(x.to("tpu")).cpu()
+    with torchtpu.eager_mode("fused"):
+        before = torchtpu.metrics()
+        got = loop(x.to("tpu")).cpu()
+    m = torchtpu.metrics()
+    print(name + "_programs", m["fused_programs"] - before["fused_programs"])
+    print(name + "_flushes", m["fused_flushes"] - before["fused_flushes"])
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 print("ok")
 """
     env = dict(os.environ, TORCHTPU_FUSED_MAX_OPS="64")
     r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
-    out = dict(line.split() for line in r.stdout.splitlines() if " " in line)
-    # 600 executions: the first cut at 64 (one program), then chunks of 63 (one
-    # program), then the remainder at the download (one program).
-    assert int(out["flushes"]) == 10, r.stdout
-    assert int(out["programs"]) == 3, r.stdout
+    out = {k: int(v) for k, v in (line.split() for line in r.stdout.splitlines() if " " in line)}
+    # 600 executions: the first cut at 64 (one program), then 8 chunks of 66, the
+    # first multiple of 3 past the limit (one program), then the remainder of 8 at
+    # the download (one program).
+    assert out["a_flushes"] == 10 and out["a_programs"] == 3, r.stdout
+    # 1000 executions: 64, then 14 chunks of 65, then 26.
+    assert out["b_flushes"] == 16 and out["b_programs"] == 3, r.stdout
     assert r.stdout.strip().endswith("ok")
 
 

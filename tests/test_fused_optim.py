@@ -152,6 +152,9 @@ def test_tensor_lr_schedule_does_not_recompile():
 
         def counted(*a, **kw):
             r = step(*a, **kw)
+            # A sync per step: in fused eager mode each step is then one recording,
+            # the same program every step unless the lr were baked into it.
+            torch.tpu.synchronize()
             misses.append(torchtpu.metrics()["cache_misses"])
             return r
 

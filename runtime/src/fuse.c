@@ -67,7 +67,7 @@ typedef struct fuse_queue {
   int32_t* seen_vals;
   int seen_cap, seen_len;
   size_t text; /* bytes of the recorded ops' programs (what XLA inlines) */
-  int period; /* the recorded loop's period in ops, learned at a size-limit cut; 0: none yet */
+  int period; /* the recorded loop's period in ops, learned at a size cut since the last sync; 0: none */
 } fuse_queue_t;
 
 static fuse_queue_t g_queues[TPU_MAX_DEVICES];
@@ -640,6 +640,9 @@ static tpu_status_t* fuse_flush_locked(fuse_queue_t* q, int device, bool at_limi
     if (q->vals[v].op >= 0 && q->vals[v].pending) tpu_buffer_fail(q->vals[v].pending, st);
   free(outs);
   fuse_reset(q);
+  /* A sync point: the recordings up to the next one learn their own period (a
+   * script may train, then generate without syncs). */
+  if (!at_limit) q->period = 0;
   return st;
 }
 
