@@ -83,24 +83,25 @@ static void fuse_init(void) {
   tpu_buffer_set_pending_hooks(&hooks);
 }
 
-/* TORCHTPU_FUSED_MAX_OPS: executions per program before a cut (read once). */
-static int fuse_limit(void) {
-  static atomic_int limit;
-  int n = atomic_load_explicit(&limit, memory_order_relaxed);
+/* $name (>= 1) read once into *slot (0: not read yet). */
+static int64_t fuse_env_once(atomic_llong* slot, const char* name, int64_t max, int64_t fallback) {
+  int64_t n = atomic_load_explicit(slot, memory_order_relaxed);
   if (n > 0) return n;
-  n = (int)tpu_env_int("TORCHTPU_FUSED_MAX_OPS", 1, 1000000, FUSE_DEFAULT_LIMIT);
-  atomic_store_explicit(&limit, n, memory_order_relaxed);
+  n = tpu_env_int(name, 1, max, fallback);
+  atomic_store_explicit(slot, n, memory_order_relaxed);
   return n;
 }
 
-/* TORCHTPU_FUSED_MAX_TEXT: bytes of recorded op programs before a cut (read once). */
+static atomic_llong g_fuse_max_ops, g_fuse_max_text;
+
+/* TORCHTPU_FUSED_MAX_OPS: executions per program before a cut. */
+static int fuse_limit(void) {
+  return (int)fuse_env_once(&g_fuse_max_ops, "TORCHTPU_FUSED_MAX_OPS", 1000000, FUSE_DEFAULT_LIMIT);
+}
+
+/* TORCHTPU_FUSED_MAX_TEXT: bytes of recorded op programs before a cut. */
 static size_t fuse_text_limit(void) {
-  static _Atomic size_t limit;
-  size_t n = atomic_load_explicit(&limit, memory_order_relaxed);
-  if (n > 0) return n;
-  n = (size_t)tpu_env_int("TORCHTPU_FUSED_MAX_TEXT", 1, (int64_t)1 << 40, FUSE_DEFAULT_TEXT_LIMIT);
-  atomic_store_explicit(&limit, n, memory_order_relaxed);
-  return n;
+  return (size_t)fuse_env_once(&g_fuse_max_text, "TORCHTPU_FUSED_MAX_TEXT", (int64_t)1 << 40, FUSE_DEFAULT_TEXT_LIMIT);
 }
 
 /* Time to cut: past a size limit, on a multiple of the learned period, so that a
