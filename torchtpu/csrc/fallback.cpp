@@ -399,26 +399,23 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
 }  // namespace
 
+void run_boxed_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) { tpu_fallback(op, stack); }
+
 // Ops whose composite kernel would run instead of the fallback (a composite
 // kernel outranks a backend fallback). Each has its own derivative formula, so
 // taking the backend slot keeps autograd intact.
 // - The convolution pair only throws; the norms decompose into many ops or call
 //   CPU kernels directly (CompositeExplicitAutograd).
-// - The hottest structured ops (CompositeExplicitAutogradNonFunctional): their
-//   generated kernel runs a TensorIterator meta function and allocates an output,
-//   then calls the out= overload, which is this fallback anyway. The lowering
-//   does the same checks (broadcasting, alpha, bool subtraction) and the result
-//   dtype comes from the same promotion, so the detour only cost time (~10% of a
-//   small op).
+// - (add, sub, mul and div .Tensor take the same slot with unboxed kernels,
+//   unboxed.cpp: the generated kernel's meta function, output allocation and
+//   out= detour only cost time, and so did boxing.)
 // - addr: its composite rounds after each of its four ops in bf16/f16; the
 //   lowering rounds once (and checks the Scalars as ATen's kernel).
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   for (const char* op : {"convolution_overrideable", "convolution_backward_overrideable", "native_layer_norm",
                          "native_group_norm", "_native_batch_norm_legit_no_training",
                          "_native_batch_norm_legit_functional", "_batch_norm_with_update_functional",
-                         "_batch_norm_no_update", "binary_cross_entropy_with_logits", "add.Tensor", "add_.Tensor",
-                         "sub.Tensor", "sub_.Tensor", "mul.Tensor", "mul_.Tensor", "div.Tensor", "div_.Tensor",
-                         "addr", "addr_"})
+                         "_batch_norm_no_update", "binary_cross_entropy_with_logits", "addr", "addr_"})
     m.impl(op, torch::CppFunction::makeFromBoxedFunction<&tpu_fallback>());
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 #include <ATen/core/function_schema.h>
 #include <ATen/core/ivalue.h>
+#include <ATen/core/stack.h>
 #include <c10/util/SmallVector.h>
 
 #include <list>
@@ -11,6 +12,10 @@
 #include <vector>
 
 #include "common.h"
+
+namespace c10 {
+class OperatorHandle;
+}
 
 namespace torchtpu {
 
@@ -43,6 +48,10 @@ std::string aten_base_name(const std::string& schema_name);
 // *list_elems grows by the length of an int list (it bounds list results).
 bool marshal_static(const c10::Argument& a, const c10::TypePtr& t, const c10::IValue& v, ArgStore& store,
                     const std::string& full, tpu_arg_t* out, int* list_elems);
+
+// The boxed fallback (fallback.cpp) on an op's arguments: the way out of the
+// unboxed kernels (unboxed.cpp) for what they do not handle themselves.
+void run_boxed_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
 // Result storages of one call; those not adopted by a tensor are released.
 // Inline room for the common case: a heap block per op showed in profiles.

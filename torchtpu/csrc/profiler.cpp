@@ -13,17 +13,17 @@ namespace torchtpu {
 namespace {
 
 struct Range {
-  at::RecordFunction rf{at::RecordScope::USER_SCOPE};
+  explicit Range(at::StepCallbacks&& step) : rf(std::move(step)) {}
+  at::RecordFunction rf;
   std::vector<c10::IValue> inputs;  // outlives the callbacks that read it
 };
 
 void* range_begin(void*, tpu_trace_kind_t kind, const char* detail) {
-  if (!at::hasCallbacks()) return nullptr;  // no profiler: one check per range
-  auto* r = new Range();
-  if (!r->rf.isActive()) {
-    delete r;
-    return nullptr;
-  }
+  // The dispatcher's own check, a thread-local cache: at::hasCallbacks() took a
+  // global mutex on every op's cache look-up range.
+  std::optional<at::StepCallbacks> step = at::getStepCallbacksUnlessEmpty(at::RecordScope::USER_SCOPE);
+  if (!step) return nullptr;
+  auto* r = new Range(std::move(*step));
   const std::string_view name = tpu_trace_kind_name(kind);
   if (r->rf.needsInputs() && detail && *detail) {
     r->inputs.emplace_back(std::string(detail));
