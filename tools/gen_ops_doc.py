@@ -8,7 +8,8 @@
 
 The overload list is read live from PyTorch's dispatcher after ``import torchtpu``:
 an aten overload is listed when its PrivateUse1 ("tpu") dispatch entry is one of
-torchtpu's C++ kernels (torchtpu/csrc/kernels.cpp), or torchtpu's boxed fallback
+torchtpu's C++ kernels (torchtpu/csrc/kernels.cpp), its unboxed kernels for the hottest
+ops (torchtpu/csrc/unboxed.cpp), or torchtpu's boxed fallback
 (torchtpu/csrc/fallback.cpp) and the C runtime has a lowering for the overload's
 base name (``torchtpu._C.op_supported``).
 
@@ -102,6 +103,8 @@ def collect() -> dict:
                 no_lowering.append(n)
         elif src == "fallback.cpp":  # registered by name: listed, lowering or not
             listed.append(dict(name=n, route="fallback, explicit", lowering=base if lowered else "-"))
+        elif src == "unboxed.cpp":  # the same lowering, called without boxing
+            listed.append(dict(name=n, route="unboxed", lowering=base))
         else:
             listed.append(dict(name=n, route=f"kernel ({src})", lowering=""))
     registrations = sorted(x for x in torch._C._dispatch_get_registrations_for_dispatch_key("PrivateUse1")
@@ -140,8 +143,9 @@ def render(info: dict, probe: dict) -> str:
     w("# Operators on `tpu`")
     w("")
     w(f"Every aten overload registered for the `tpu` device (PyTorch {info['torch']}): "
-      f"**{len(listed)} overloads**, {by_route['fallback'] + by_route['fallback, explicit']} of them "
-      f"run by a C lowering through the boxed fallback and {by_route['kernel']} by a C++ kernel of the binding. "
+      f"**{len(listed)} overloads**, {by_route['fallback'] + by_route['fallback, explicit'] + by_route['unboxed']} "
+      f"of them run by a C lowering (through the boxed fallback, or {by_route['unboxed']} of the hottest through "
+      f"unboxed kernels) and {by_route['kernel']} by a C++ kernel of the binding. "
       f"{info['n_lowerings']} aten base names have a lowering in the runtime.")
     w("")
     w("## How the list is made")
@@ -156,6 +160,9 @@ def render(info: dict, probe: dict) -> str:
       "no overload, no trailing in-place `_`: `add_.Tensor` and `add.out` both reach `add`). Listed "
       "when that lowering exists (`torchtpu._C.op_supported(base)`). *fallback, explicit*: the fallback "
       "registered for that overload by name, so that it outranks PyTorch's composite kernel.")
+    w("- **unboxed**: an unboxed kernel (`torchtpu/csrc/unboxed.cpp`) for the hottest elementwise "
+      "ops; it calls the same lowering as the fallback would, without building a boxed argument "
+      "stack, and hands whatever it does not handle to the fallback.")
     w(f"- Not listed: {len(info['no_lowering'])} overloads reach the fallback but have no lowering; they "
       "raise `NotImplementedError` naming the overload (or run on the CPU with "
       "`TORCHTPU_CPU_FALLBACK=1`: [troubleshooting.md](troubleshooting.md)).")
