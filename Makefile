@@ -132,8 +132,8 @@ bench-peers: $(PEERS_STAMP)
 test-ray: .venv-ray/.stack-deps-installed $(BIND_SO)
 	.venv-ray/bin/python examples/ray_train_ddp.py
 
-# TorchTitan's Llama debug model, FSDP2 on 2 processes, 20 steps, against CPU/gloo
-# (examples/torchtitan_llama.py).
+# TorchTitan's Llama debug model, FSDP2 and tensor parallel on 2 processes, both on 4,
+# 20 steps each, against CPU/gloo (examples/torchtitan_llama.py).
 test-titan: .venv-titan/.stack-deps-installed $(BIND_SO)
 	.venv-titan/bin/python examples/torchtitan_llama.py
 
