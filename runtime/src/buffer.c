@@ -38,7 +38,15 @@ struct tpu_buffer {
   char producer[TPU_PRODUCER_MAX]; /* "" for host uploads */
 };
 
-static tpu_pending_hooks_t g_hooks; /* set once by fuse.c before the first placeholder */
+/* Set once by fuse.c (under its pthread_once) before the first placeholder, and
+ * read by every thread that downloads or swaps a buffer: published through an
+ * atomic pointer. NULL until then: a strict-only process never calls a hook. */
+static tpu_pending_hooks_t g_hooks_store;
+static _Atomic(const tpu_pending_hooks_t*) g_hooks;
+
+static const tpu_pending_hooks_t* pending_hooks(void) {
+  return atomic_load_explicit(&g_hooks, memory_order_acquire);
+}
 
 static const int kPjrtType[] = {
     [TPU_BOOL] = PJRT_Buffer_Type_PRED, /* 1 byte per element on host, as in PyTorch */
@@ -198,12 +206,19 @@ void tpu_buffer_fail(tpu_buffer_t* buf, const tpu_status_t* why) {
   atomic_store_explicit(&buf->state, BUF_FAILED, memory_order_release);
 }
 
-void tpu_buffer_set_pending_hooks(const tpu_pending_hooks_t* hooks) { g_hooks = *hooks; }
+void tpu_buffer_set_pending_hooks(const tpu_pending_hooks_t* hooks) {
+  g_hooks_store = *hooks;
+  atomic_store_explicit(&g_hooks, &g_hooks_store, memory_order_release);
+}
 
-tpu_status_t* tpu_buffer_flush_pending(int device) { return g_hooks.flush ? g_hooks.flush(device) : NULL; }
+tpu_status_t* tpu_buffer_flush_pending(int device) {
+  const tpu_pending_hooks_t* h = pending_hooks();
+  return h && h->flush ? h->flush(device) : NULL;
+}
 
 void tpu_buffer_note_replaced(tpu_buffer_t* old, tpu_buffer_t* buf) {
-  if (old && old != buf && g_hooks.replaced && tpu_buffer_is_pending(buf)) g_hooks.replaced(old, buf);
+  const tpu_pending_hooks_t* h = pending_hooks();
+  if (old && old != buf && h && h->replaced && tpu_buffer_is_pending(buf)) h->replaced(old, buf);
 }
 
 void tpu_buffer_intern(tpu_buffer_t* buf) { buf->interned = true; }
@@ -502,9 +517,10 @@ void tpu_buffer_release(tpu_buffer_t* buf) {
   if (!buf) return;
   if (atomic_fetch_sub_explicit(&buf->refs, 1, memory_order_acq_rel) != 1) return;
   int state = atomic_load_explicit(&buf->state, memory_order_acquire);
-  if (state == BUF_PENDING && g_hooks.dead) {
+  const tpu_pending_hooks_t* h = state == BUF_PENDING ? pending_hooks() : NULL;
+  if (h && h->dead) {
     /* No longer wanted from its fused program (which may be running it now). */
-    g_hooks.dead(buf);
+    h->dead(buf);
     state = atomic_load_explicit(&buf->state, memory_order_acquire);
   }
   if (state == BUF_REAL) {
