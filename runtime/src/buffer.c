@@ -217,8 +217,10 @@ tpu_status_t* tpu_buffer_flush_pending(int device) {
 }
 
 void tpu_buffer_note_replaced(tpu_buffer_t* old, tpu_buffer_t* buf) {
+  /* Every storage swap comes here: the hooks only matter for a placeholder. */
+  if (!old || old == buf || !tpu_buffer_is_pending(buf)) return;
   const tpu_pending_hooks_t* h = pending_hooks();
-  if (old && old != buf && h && h->replaced && tpu_buffer_is_pending(buf)) h->replaced(old, buf);
+  if (h && h->replaced) h->replaced(old, buf);
 }
 
 void tpu_buffer_intern(tpu_buffer_t* buf) { buf->interned = true; }

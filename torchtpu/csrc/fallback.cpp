@@ -379,10 +379,9 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const int cap = static_cast<int>(schema.returns().size()) + count_writes(c, nullptr) +
                   (info.list_return ? list_elems + 16 : 0);
   Results rs(cap);
-  tpu_status_t* st = tpu_op_run(c.name.c_str(), overload.c_str(), device, args.data(), static_cast<int>(args.size()),
-                                cap, rs.r.data(), &rs.n);
-  if (rs.n < 0 || rs.n > cap) rs.n = 0;
-  if (st && tpu_status_code(st) == TPU_UNIMPLEMENTED) {
+  tpu_status_t* st = run_lowering(c.name.c_str(), overload.c_str(), device, args.data(),
+                                  static_cast<int>(args.size()), rs, c.full);
+  if (st) {  // UNIMPLEMENTED
     const char* m = tpu_status_message(st);
     const std::string msg = m ? m : "";
     tpu_status_free(st);
@@ -393,7 +392,6 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     }
     TORCH_CHECK_NOT_IMPLEMENTED(false, "Could not run '", c.full, "' on the tpu device: ", msg);
   }
-  if (st) throw_status(st, "tpu: " + c.full);
   push_results(c, rs);
 }
 

@@ -125,20 +125,11 @@ tpu_arg_t run_input(py::handle obj, int* device, const std::string& what) {
   std::memset(&arg, 0, sizeof(arg));
   if (THPVariable_Check(obj.ptr())) {
     const at::Tensor t = THPVariable_Unpack(obj.ptr());
-    if (t.device().type() == kTpu) {
-      TORCH_CHECK(*device < 0 || *device == t.device().index(),
-                  "Expected all tensors to be on the same device, but found at least two devices, tpu:", *device,
-                  " and ", t.device(), "!");
-      *device = t.device().index();
-      arg.kind = TPU_ARG_TENSOR;
-      arg.u.tensor = describe(t);
-      return arg;
-    }
-    TORCH_CHECK(t.device().is_cpu() && t.dim() == 0, "Expected all tensors to be on the same device, but found ",
-                t.device(), " (", what, ")");
-    arg.kind = TPU_ARG_SCALAR;
-    arg.u.scalar = scalar_from_cpu_tensor(t, what);
-    return arg;
+    if (tensor_operand(t, device, what, &arg)) return arg;
+    TORCH_CHECK(t.device().type() != kTpu,
+                "Expected all tensors to be on the same device, but found at least two devices, tpu:", *device,
+                " and ", t.device(), "!");
+    TORCH_CHECK(false, "Expected all tensors to be on the same device, but found ", t.device(), " (", what, ")");
   }
   arg.kind = TPU_ARG_SCALAR;
   arg.u.scalar = scalar_from(torch::jit::toIValue(obj, c10::NumberType::get()).toScalar(), what);

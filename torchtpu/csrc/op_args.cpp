@@ -66,6 +66,23 @@ tpu_scalar_t scalar_from_cpu_tensor(const at::Tensor& t, const std::string& full
   return v;
 }
 
+bool tensor_operand(const at::Tensor& t, int* device, const std::string& full, tpu_arg_t* out) {
+  if (t.device().type() == kTpu) {
+    const int d = t.device().index();
+    if (*device >= 0 && *device != d) return false;
+    *device = d;
+    std::memset(out, 0, sizeof(*out));
+    out->kind = TPU_ARG_TENSOR;
+    out->u.tensor = describe(t);
+    return true;
+  }
+  if (!t.device().is_cpu() || t.dim() != 0) return false;
+  std::memset(out, 0, sizeof(*out));
+  out->kind = TPU_ARG_SCALAR;
+  out->u.scalar = scalar_from_cpu_tensor(t, full);
+  return true;
+}
+
 std::string aten_base_name(const std::string& schema_name) {
   std::string name = schema_name;
   if (name.rfind("aten::", 0) == 0) name = name.substr(6);

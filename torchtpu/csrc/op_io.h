@@ -38,6 +38,11 @@ bool is_write(const c10::Argument& a);
 tpu_scalar_t scalar_from(const c10::Scalar& s, const std::string& full);
 // A 0-dim cpu tensor passed where a tpu tensor is expected: a runtime scalar operand.
 tpu_scalar_t scalar_from_cpu_tensor(const at::Tensor& t, const std::string& full);
+// A tensor argument as a runtime operand: a tpu tensor on *device (the first
+// one sets it; -1: none yet) or a 0-dim cpu tensor as a scalar. False, leaving
+// *out unset, for anything else (another tpu, a cpu tensor with dimensions):
+// the caller raises or takes another path.
+bool tensor_operand(const at::Tensor& t, int* device, const std::string& full, tpu_arg_t* out);
 int64_t int_of(const c10::IValue& v);
 // The lowering name of an aten op: "aten::add_" → "add" (namespace and in-place underscore dropped).
 std::string aten_base_name(const std::string& schema_name);
@@ -62,6 +67,12 @@ struct Results {
   explicit Results(int cap);
   ~Results();
 };
+
+// Runs lowering `name` (`overload`) into rs, which is sized for its results.
+// Raises every error but UNIMPLEMENTED, which is returned (owned) for the
+// caller to handle; NULL when the lowering ran.
+tpu_status_t* run_lowering(const char* name, const char* overload, int device, const tpu_arg_t* args, int nargs,
+                           Results& rs, const std::string& full);
 
 tpu_tensor_t describe_result(const tpu_result_t& r);
 // Result i as a new tensor (adopts its storage).

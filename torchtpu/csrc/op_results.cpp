@@ -17,6 +17,16 @@ Results::~Results() {
 
 static c10::IntArrayRef result_sizes(const tpu_result_t& r) { return c10::IntArrayRef(r.sizes, r.rank); }
 
+tpu_status_t* run_lowering(const char* name, const char* overload, int device, const tpu_arg_t* args, int nargs,
+                           Results& rs, const std::string& full) {
+  const int cap = static_cast<int>(rs.r.size());
+  tpu_status_t* st = tpu_op_run(name, overload, device, args, nargs, cap, rs.r.data(), &rs.n);
+  if (rs.n < 0 || rs.n > cap) rs.n = 0;
+  if (st && tpu_status_code(st) == TPU_UNIMPLEMENTED) return st;
+  if (st) throw_status(st, "tpu: " + full);
+  return nullptr;
+}
+
 tpu_tensor_t describe_result(const tpu_result_t& r) {
   tpu_tensor_t d;
   std::memset(&d, 0, sizeof(d));

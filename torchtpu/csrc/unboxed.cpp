@@ -18,6 +18,7 @@
 #include <torch/library.h>
 
 #include <cstring>
+#include <optional>
 #include <string>
 
 #include "common.h"
@@ -51,23 +52,6 @@ const std::string& full_name(int op) {
   return names[op];
 }
 
-// The runtime operand of a tensor argument; false when the boxed path must take it.
-bool operand(const at::Tensor& t, bool write, int op, int* device, tpu_arg_t* out) {
-  std::memset(out, 0, sizeof(*out));
-  if (t.device().type() == kTpu) {
-    const int d = t.device().index();
-    if (*device >= 0 && *device != d) return false;
-    *device = d;
-    out->kind = TPU_ARG_TENSOR;
-    out->u.tensor = describe(t);
-    return true;
-  }
-  if (write || !t.device().is_cpu() || t.dim() != 0) return false;
-  out->kind = TPU_ARG_SCALAR;
-  out->u.scalar = scalar_from_cpu_tensor(t, full_name(op));
-  return true;
-}
-
 // The boxed fallback with these arguments; returns the op's result.
 at::Tensor boxed(int op, const at::Tensor& self, const at::Tensor& other, const c10::Scalar* alpha) {
   const c10::OperatorHandle handle = c10::Dispatcher::singleton().findSchemaOrThrow(kHot[op].schema, "Tensor");
@@ -77,64 +61,53 @@ at::Tensor boxed(int op, const at::Tensor& self, const at::Tensor& other, const 
   return stack.at(0).toTensor();
 }
 
-// Runs op `op`; *out_done is false when the boxed path must run it instead.
-at::Tensor run(int op, const at::Tensor& self, const at::Tensor& other, const c10::Scalar* alpha, bool* out_done) {
-  *out_done = false;
+// Runs op `op`, or returns nothing when the boxed path must run it instead.
+std::optional<at::Tensor> run(int op, const at::Tensor& self, const at::Tensor& other, const c10::Scalar* alpha) {
   const HotOp& h = kHot[op];
+  const std::string& full = full_name(op);
   tpu_arg_t args[3];
   int device = -1;
-  if (!operand(self, h.in_place, op, &device, &args[0]) || !operand(other, false, op, &device, &args[1]) ||
-      device < 0)
-    return at::Tensor();
+  if ((h.in_place && self.device().type() != kTpu) || !tensor_operand(self, &device, full, &args[0]) ||
+      !tensor_operand(other, &device, full, &args[1]) || device < 0)
+    return std::nullopt;
   int nargs = 2;
   if (alpha) {
     std::memset(&args[2], 0, sizeof(args[2]));
     args[2].kind = TPU_ARG_SCALAR;
-    args[2].u.scalar = scalar_from(*alpha, full_name(op));
+    args[2].u.scalar = scalar_from(*alpha, full);
     nargs = 3;
   }
-  const int cap = h.in_place ? 2 : 1;  // the return, and the written self
-  Results rs(cap);
-  tpu_status_t* st = tpu_op_run(h.name, "Tensor", device, args, nargs, cap, rs.r.data(), &rs.n);
-  if (rs.n < 0 || rs.n > cap) rs.n = 0;
-  if (st && tpu_status_code(st) == TPU_UNIMPLEMENTED) {
-    tpu_status_free(st);
-    return at::Tensor();
+  Results rs(h.in_place ? 2 : 1);  // the return, and the written self
+  if (tpu_status_t* unimplemented = run_lowering(h.name, "Tensor", device, args, nargs, rs, full)) {
+    tpu_status_free(unimplemented);
+    return std::nullopt;
   }
-  if (st) throw_status(st, "tpu: " + full_name(op));
-  *out_done = true;
-  if (!h.in_place) return wrap_result(rs, 0, full_name(op));
-  write_result(rs, 0, self, /*is_out=*/false, full_name(op));
+  if (!h.in_place) return wrap_result(rs, 0, full);
+  write_result(rs, 0, self, /*is_out=*/false, full);
   return self;
 }
 
 template <int Op>
 at::Tensor functional(const at::Tensor& self, const at::Tensor& other) {
-  bool done = false;
-  at::Tensor r = run(Op, self, other, nullptr, &done);
-  return done ? r : boxed(Op, self, other, nullptr);
+  std::optional<at::Tensor> r = run(Op, self, other, nullptr);
+  return r ? *std::move(r) : boxed(Op, self, other, nullptr);
 }
 
 template <int Op>
 at::Tensor functional_alpha(const at::Tensor& self, const at::Tensor& other, const c10::Scalar& alpha) {
-  bool done = false;
-  at::Tensor r = run(Op, self, other, &alpha, &done);
-  return done ? r : boxed(Op, self, other, &alpha);
+  std::optional<at::Tensor> r = run(Op, self, other, &alpha);
+  return r ? *std::move(r) : boxed(Op, self, other, &alpha);
 }
 
 template <int Op>
 at::Tensor& in_place(at::Tensor& self, const at::Tensor& other) {
-  bool done = false;
-  run(Op, self, other, nullptr, &done);
-  if (!done) boxed(Op, self, other, nullptr);
+  if (!run(Op, self, other, nullptr)) boxed(Op, self, other, nullptr);
   return self;
 }
 
 template <int Op>
 at::Tensor& in_place_alpha(at::Tensor& self, const at::Tensor& other, const c10::Scalar& alpha) {
-  bool done = false;
-  run(Op, self, other, &alpha, &done);
-  if (!done) boxed(Op, self, other, &alpha);
+  if (!run(Op, self, other, &alpha)) boxed(Op, self, other, &alpha);
   return self;
 }
 
