@@ -310,6 +310,50 @@ print("ok")
     assert r.stdout.strip().endswith("ok")
 
 
+def test_a_loop_body_longer_than_a_recording_is_learned_across_cuts():
+    # A loop body of 100 (then 200) executions: k-element products for k = 1..n,
+    # each a program of its own, each followed by an add. With a limit of 64 no
+    # single recording holds two bodies, so the period is found over the
+    # recordings cut since the download (llama decode's token step is longer than
+    # the text limit's recording). Before, cuts every 64 executions started at a
+    # different place in the body each time: a new program per cut (27 and 22).
+    script = r"""
+import torch, torchtpu
+def loop(t, n, iters):
+    acc = torch.zeros((), device=t.device)
+    for _ in range(iters):
+        for k in range(1, n + 1):
+            acc = acc + (t[:k] * 2.0)[-1]
+    return acc
+x = torch.randn(256)
+for name, n, iters in (("a", 50, 20), ("b", 100, 10)):
+    torchtpu.set_eager_mode("strict")
+    want = loop(x.to("tpu"), n, iters).cpu()
+    with torchtpu.eager_mode("fused"):
+        before = torchtpu.metrics()
+        got = loop(x.to("tpu"), n, iters).cpu()
+    m = torchtpu.metrics()
+    print(name + "_programs", m["fused_programs"] - before["fused_programs"])
+    print(name + "_flushes", m["fused_flushes"] - before["fused_flushes"])
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-4)
+print("ok")
+"""
+    env = dict(os.environ, TORCHTPU_FUSED_MAX_OPS="64")
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = {k: int(v) for k, v in (line.split() for line in r.stdout.splitlines() if " " in line)}
+    # 2001 executions (the zeros first). Cuts at 64, 128, 192, 256 (4 programs):
+    # at the fourth, the last 255 executions hold two bodies (the zeros never
+    # repeat). The period (100) is at most twice a recording: one cut per body,
+    # 17 chunks of 100 (one program), then the remainder of 45 at the download.
+    assert out["a_flushes"] == 22 and out["a_programs"] == 6, r.stdout
+    # The period (200) is learned at the 7th cut (448); longer than twice a
+    # recording, each body is cut into chunks of 64, 64, 64 and 8 at the same
+    # places: 7 + 7 x 4 + 3 flushes, at most 7 + 4 + 1 programs.
+    assert out["b_flushes"] == 38 and out["b_programs"] <= 12, r.stdout
+    assert r.stdout.strip().endswith("ok")
+
+
 def test_a_tiny_executable_cache_evicts_without_harm():
     # TORCHTPU_CACHE_CAPACITY=16 (mappings): every step's fused program
     # evicts the op programs it was made of while the next recording still holds

@@ -13,9 +13,11 @@
  * Results no live placeholder wants are not returned, so XLA drops the work
  * that only fed them, and a dead tensor's value is never kept.
  *
- * A loop that never syncs is cut at its size limit; the first such cut looks for
- * the period of the executable sequence and later cuts fall on a multiple of it,
- * so every later chunk is the same program (a cache hit). */
+ * A loop that never syncs is cut at its size limit; size cuts look for the
+ * period of the executable sequence, over the recordings cut since the last
+ * sync (a loop body can be longer than one recording), and once it is known
+ * later cuts fall at the same places in every period, so every later chunk is
+ * a program already built (a cache hit). */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -35,6 +37,9 @@
  * also falls where the recorded ops' StableHLO text reaches this many bytes
  * (one layer norm's program is ~60 KB, an add's ~0.6 KB). */
 #define FUSE_DEFAULT_TEXT_LIMIT (1 << 18)
+/* How much of the recent past the period search keeps: this many executions,
+ * or the last recording if it alone is longer. */
+#define FUSE_HIST_OPS (1 << 14)
 
 typedef struct fuse_val {
   tpu_buffer_t* ext;     /* an input: the buffer (retained) */
@@ -67,7 +72,16 @@ typedef struct fuse_queue {
   int32_t* seen_vals;
   int seen_cap, seen_len;
   size_t text; /* bytes of the recorded ops' programs (what XLA inlines) */
-  int period; /* the recorded loop's period in ops, learned at a size cut since the last sync; 0: none */
+  /* The recorded loop's period in ops, learned at a size cut since the last
+   * sync; 0: none. A period no longer than a recording is cut on its multiples
+   * past the size limit (chunk 0); a longer one into chunks of `chunk` ops from
+   * each period's start, `phase` counting the ops since the learning cut. */
+  int period, chunk, phase;
+  /* While no period is known: the executable ids of the recordings cut at the
+   * size limit since the last sync, oldest first. */
+  uint64_t* hist;
+  int32_t* hist_border; /* fuse_period's work space, hist_cap long */
+  int hist_len, hist_cap;
 } fuse_queue_t;
 
 static fuse_queue_t g_queues[TPU_MAX_DEVICES];
@@ -104,9 +118,11 @@ static size_t fuse_text_limit(void) {
   return (size_t)fuse_env_once(&g_fuse_max_text, "TORCHTPU_FUSED_MAX_TEXT", (int64_t)1 << 40, FUSE_DEFAULT_TEXT_LIMIT);
 }
 
-/* Time to cut: past a size limit, on a multiple of the learned period, so that a
- * loop's recordings all start at the same op and repeat (one program, compiled once). */
+/* Time to cut: past a size limit, on a multiple of the learned period, or at
+ * the learned chunk boundaries of a long period, so that a loop's recordings
+ * start at the same ops and repeat (programs compiled once). */
 static bool fuse_full(const fuse_queue_t* q) {
+  if (q->chunk) return q->phase % q->chunk == 0;
   if (q->nops < fuse_limit() && q->text < fuse_text_limit()) return false;
   return q->period == 0 || q->nops % q->period == 0;
 }
@@ -251,6 +267,7 @@ static tpu_status_t* fuse_record(tpu_executable_t* exe, int device, int nargs, t
     op->nouts++;
   }
   q->nops++;
+  if (q->chunk) q->phase = (q->phase + 1) % q->period;
   tpu_metric_add(TPU_METRIC_FUSED_OPS, 1);
   /* A cut's failure is reported by the op that made it too (its placeholders
    * are settled as failed, so releasing them does not come back here). */
@@ -603,16 +620,67 @@ static tpu_status_t* fuse_run(fuse_queue_t* q, int device, const int32_t* outs, 
   return st;
 }
 
-/* The smallest period of the recording's executable sequence seen at least
- * twice, or 0. */
-static int fuse_period(const fuse_queue_t* q) {
-  for (int p = 1; p <= q->nops / 2; ++p) {
-    bool same = true;
-    for (int i = 0; i + p < q->nops && same; ++i)
-      same = tpu_executable_id(q->ops[i].exe) == tpu_executable_id(q->ops[i + p].exe);
-    if (same) return p;
+/* The period of the longest stretch at the end of the history that repeats at
+ * least twice, that stretch being at least the last recording (`min_len`
+ * executions: the evidence a single recording gave before); 0: none. The
+ * longest stretch is the most evidence: a layer that repeats inside a longer
+ * loop body is not taken for the body, and what came before the loop (a prefill
+ * before a decode loop) is left out.
+ *
+ * One pass: a sequence and its reverse have the same periods, and the prefix
+ * function of the reversed history (Knuth-Morris-Pratt) gives each of its
+ * prefixes' longest border, whose length m - border is the smallest period;
+ * those prefixes are the stretches at the end, reversed. */
+static int fuse_period(fuse_queue_t* q, int min_len) {
+  const int n = q->hist_len;
+  const uint64_t* rev_end = q->hist + n - 1; /* rev_end[-i]: element i of the reverse */
+  int32_t* border = q->hist_border;
+  border[0] = 0;
+  for (int i = 1; i < n; ++i) {
+    int32_t k = border[i - 1];
+    while (k > 0 && rev_end[-i] != rev_end[-k]) k = border[k - 1];
+    border[i] = k + (rev_end[-i] == rev_end[-k]);
+  }
+  for (int m = n; m >= min_len && m >= 2; --m) {
+    int p = m - border[m - 1];
+    if (p <= m / 2) return p;
   }
   return 0;
+}
+
+/* Adds the recording being cut to the history, dropping the oldest executions
+ * past FUSE_HIST_OPS; false without memory (the period is then not learned:
+ * more programs, nothing wrong). */
+static bool fuse_hist_add(fuse_queue_t* q) {
+  int keep = q->hist_len + q->nops <= FUSE_HIST_OPS ? q->hist_len
+             : q->nops >= FUSE_HIST_OPS             ? 0
+                                                    : FUSE_HIST_OPS - q->nops;
+  if (keep > 0 && keep < q->hist_len)
+    memmove(q->hist, q->hist + (q->hist_len - keep), sizeof(*q->hist) * (size_t)keep);
+  q->hist_len = keep;
+  /* The work space first: it grows to the capacity the history then takes, so
+   * it is never shorter, whichever of the two fails. */
+  int need = q->hist_len + q->nops, cap = q->hist_cap;
+  if (!fuse_grow((void**)&q->hist_border, &cap, need, sizeof(*q->hist_border)) ||
+      !fuse_grow((void**)&q->hist, &q->hist_cap, need, sizeof(*q->hist)))
+    return false;
+  for (int i = 0; i < q->nops; ++i) q->hist[q->hist_len++] = tpu_executable_id(q->ops[i].exe);
+  return true;
+}
+
+/* At a size cut with no period known: looks for one. A period up to twice the
+ * recording's length is cut once per period (one program per loop body); a
+ * longer one into chunks of the recording's length from each period's start. */
+static void fuse_learn_period(fuse_queue_t* q) {
+  if (!fuse_hist_add(q) || (q->period = fuse_period(q, q->nops)) == 0) return;
+  q->chunk = q->period <= q->nops ? 0 : q->period <= 2 * q->nops ? q->period : q->nops;
+  q->phase = 0;
+  q->hist_len = 0;
+}
+
+static void fuse_forget_period(fuse_queue_t* q) {
+  q->period = q->chunk = q->phase = 0;
+  q->hist_len = 0;
 }
 
 static void fuse_reset(fuse_queue_t* q) {
@@ -626,7 +694,7 @@ static void fuse_reset(fuse_queue_t* q) {
 
 static tpu_status_t* fuse_flush_locked(fuse_queue_t* q, int device, bool at_limit) {
   if (q->nops == 0) return NULL;
-  if (at_limit && !q->period) q->period = fuse_period(q);
+  if (at_limit && !q->period) fuse_learn_period(q);
   int32_t* outs = malloc(sizeof(int32_t) * (size_t)(q->nvals ? q->nvals : 1));
   tpu_status_t* st = outs ? NULL : TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "fused eager: out of host memory");
   int n = 0;
@@ -643,7 +711,7 @@ static tpu_status_t* fuse_flush_locked(fuse_queue_t* q, int device, bool at_limi
   fuse_reset(q);
   /* A sync point: the recordings up to the next one learn their own period (a
    * script may train, then generate without syncs). */
-  if (!at_limit) q->period = 0;
+  if (!at_limit) fuse_forget_period(q);
   return st;
 }
 
