@@ -105,6 +105,13 @@ tpu_executable_t* tpu_executable_retain(tpu_executable_t* exe);
 void tpu_executable_destroy(tpu_executable_t* exe);
 /* Process-unique id (never reused) and the StableHLO text it was compiled from (borrowed). */
 uint64_t tpu_executable_id(const tpu_executable_t* exe);
+/* A standalone executable is a whole program (a torch.compile graph): fused
+ * eager mode launches it as strict mode does instead of recording it. Inlined
+ * into the recording around it, it made a new fused program, and a compile of
+ * the whole model, whenever that eager code changed (a decode loop's token
+ * concatenation grows every step). Set before the executable is shared. */
+void tpu_executable_set_standalone(tpu_executable_t* exe);
+bool tpu_executable_standalone(const tpu_executable_t* exe);
 /* The memory mappings its code added to the process when it was compiled or
  * loaded (what the executable cache weighs it by; 0 while a lazy one is not compiled). */
 int tpu_executable_maps(const tpu_executable_t* exe);

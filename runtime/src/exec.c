@@ -205,9 +205,12 @@ static tpu_status_t* tpu_exec_lower(const char* name, const char* overload, tpu_
   if (!st) st = tpu_exec_keep(b, &x->op, nouts, outs, out);
   if (!st) {
     tpu_dump_module(name, hash, text);
-    /* Fused eager mode only records the op (fuse.c): it compiles if it ever runs alone. */
-    st = tpu_runtime_eager_mode() == TPU_EAGER_FUSED ? tpu_executable_create_lazy(text, strlen(text), nouts, &out->exe)
-                                                     : tpu_executable_compile(text, strlen(text), nouts, &out->exe);
+    /* Fused eager mode only records an op (fuse.c): it compiles if it ever runs
+     * alone. A whole program always runs alone (tpu_executable_set_standalone). */
+    st = tpu_runtime_eager_mode() == TPU_EAGER_FUSED && !program
+             ? tpu_executable_create_lazy(text, strlen(text), nouts, &out->exe)
+             : tpu_executable_compile(text, strlen(text), nouts, &out->exe);
+    if (!st && program) tpu_executable_set_standalone(out->exe);
     if (st) st = tpu_status_annotate(st, "compiling aten::%s%s%s", name, *overload ? "." : "", overload);
   }
   if (!st && word != TPU_NOVAL) { /* the word is not one of the op's results */

@@ -29,6 +29,7 @@ struct tpu_executable {
    * tpu_b_param_alias). PJRT donates such buffers unless told not to, so every
    * launch lists the ones its caller did not offer. */
   bool aliases;
+  bool standalone; /* a whole program: fused eager mode launches it, never records it */
   atomic_int maps; /* memory mappings its code added to the process (codemaps.h); 0 until compiled */
 };
 
@@ -399,6 +400,10 @@ void tpu_executable_destroy(tpu_executable_t* exe) {
 }
 
 uint64_t tpu_executable_id(const tpu_executable_t* exe) { return exe->id; }
+
+void tpu_executable_set_standalone(tpu_executable_t* exe) { exe->standalone = true; }
+
+bool tpu_executable_standalone(const tpu_executable_t* exe) { return exe->standalone; }
 
 int tpu_executable_maps(const tpu_executable_t* exe) {
   return exe ? atomic_load_explicit(&exe->maps, memory_order_relaxed) : 0;

@@ -297,7 +297,7 @@ tpu_status_t* tpu_executable_execute_donating(tpu_executable_t* exe, int device,
                                               tpu_buffer_t* const* args, const bool* donate, int nouts,
                                               const tpu_aval_t* out_avals, const char* producer,
                                               tpu_buffer_t** out_buffers) {
-  if (tpu_runtime_eager_mode() != TPU_EAGER_FUSED || !exe)
+  if (tpu_runtime_eager_mode() != TPU_EAGER_FUSED || !exe || tpu_executable_standalone(exe))
     return tpu_executable_launch_donating(exe, device, nargs, args, donate, nouts, out_avals, producer,
                                           out_buffers);
   TPU_RETURN_IF_ERROR(tpu_runtime_check_device(device));
