@@ -435,3 +435,35 @@ def test_a_compiled_graph_runs_alone_not_inside_the_recording(fused):
     assert d["fused_ops"] == 1 + 6 * 3, d
     assert d["executions"] >= 6 + 6, d
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_recordings_that_never_come_back_stop_getting_fused_programs():
+    # A loop whose shapes change every iteration (a decode loop growing its KV
+    # cache by concatenation) builds a new fused program per iteration, each a
+    # compile of the whole body, never used again. After 8 programs built without
+    # a cache hit, a recording met for the first time runs as its ops' own
+    # programs (strict mode's); the second time it comes, it gets its program.
+    script = r"""
+import torch, torchtpu
+torchtpu.set_eager_mode("fused")
+x = torch.randn(64)
+xt = x.to("tpu")
+keys = ("fused_programs", "fused_unfused_runs", "fused_flushes")
+for run, (lo, hi) in enumerate(((1, 13), (9, 13), (13, 17), (1, 5))):
+    before = torchtpu.metrics()
+    for n in range(lo, hi):
+        got = ((xt[:n] * 2 + 1).exp().sum()).item()      # a sync per iteration
+        want = ((x[:n] * 2 + 1).exp().sum()).item()
+        assert abs(got - want) <= 1e-5 * abs(want), (n, got, want)
+    m = torchtpu.metrics()
+    print(run, *(m[k] - before[k] for k in keys))
+print("ok")
+"""
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    runs = [list(map(int, line.split()[1:])) for line in r.stdout.splitlines()[:4]]
+    # Sizes 1-12: 8 programs, then 4 recordings unfused. Sizes 9-12 again: they
+    # come back, so they get their programs. Sizes 13-16: new, and still no hit
+    # since the breaker tripped: unfused. Sizes 1-4: cache hits.
+    assert runs == [[8, 4, 12], [4, 0, 4], [0, 4, 4], [0, 0, 4]], r.stdout
+    assert r.stdout.strip().endswith("ok")

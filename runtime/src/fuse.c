@@ -40,6 +40,12 @@
 /* How much of the recent past the period search keeps: this many executions,
  * or the last recording if it alone is longer. */
 #define FUSE_HIST_OPS (1 << 14)
+/* The reuse breaker (fuse_worth_compiling): after this many fused programs
+ * built in a row without a cache hit, a recording met for the first time runs
+ * as its ops' own programs; its key is remembered (FUSE_SEEN_CAP of them), and
+ * the second time it comes its fused program is built. */
+#define FUSE_UNREUSED_MAX 8
+#define FUSE_SEEN_CAP 1024
 
 typedef struct fuse_val {
   tpu_buffer_t* ext;     /* an input: the buffer (retained) */
@@ -82,6 +88,11 @@ typedef struct fuse_queue {
   uint64_t* hist;
   int32_t* hist_border; /* fuse_period's work space, hist_cap long */
   int hist_len, hist_cap;
+  /* The reuse breaker: programs built since the last hit, and the key hashes of
+   * recordings run unfused (open addressing, 0 = empty, cleared when half full). */
+  int unreused;
+  uint64_t seen_programs[FUSE_SEEN_CAP];
+  int nseen_programs;
 } fuse_queue_t;
 
 static fuse_queue_t g_queues[TPU_MAX_DEVICES];
@@ -469,9 +480,35 @@ static tpu_status_t* fuse_blame(const fuse_queue_t* q, tpu_status_t* st) {
   return st;
 }
 
+/* Whether a recording whose fused program is not in the cache should get one
+ * (false: run it as its ops' own programs). A program pays for its compile only
+ * when its recording comes again; a loop that changes shapes every iteration
+ * (a decode loop growing its KV cache by concatenation) builds a new one each
+ * time, each compiling the whole loop body. So once FUSE_UNREUSED_MAX programs
+ * were built without a hit in between, a recording met for the first time runs
+ * unfused, as strict mode would: its ops' programs are small, and shared by the
+ * next iterations. Its key is remembered, so a recording that does come again
+ * gets its program. */
+static bool fuse_worth_compiling(fuse_queue_t* q, uint64_t hash) {
+  if (q->unreused < FUSE_UNREUSED_MAX) return true;
+  uint64_t h = hash ? hash : 1; /* 0 marks an empty slot */
+  size_t i = (size_t)(h >> 7) & (FUSE_SEEN_CAP - 1);
+  while (q->seen_programs[i] && q->seen_programs[i] != h) i = (i + 1) & (FUSE_SEEN_CAP - 1);
+  if (q->seen_programs[i]) return true; /* seen before: it repeats */
+  if (2 * (q->nseen_programs + 1) > FUSE_SEEN_CAP) {
+    memset(q->seen_programs, 0, sizeof q->seen_programs);
+    q->nseen_programs = 0;
+    i = (size_t)(h >> 7) & (FUSE_SEEN_CAP - 1);
+  }
+  q->seen_programs[i] = h;
+  q->nseen_programs++;
+  return false;
+}
+
 /* The compiled fused program for this recording: from the cache, or written,
- * compiled (through the disk tier) and inserted. Returns a referenced entry. */
-static tpu_status_t* fuse_program(const fuse_queue_t* q, const int32_t* outs, int nouts, const int32_t* alias,
+ * compiled (through the disk tier) and inserted. Returns a referenced entry;
+ * NULL with no error when the recording should run unfused (fuse_worth_compiling). */
+static tpu_status_t* fuse_program(fuse_queue_t* q, const int32_t* outs, int nouts, const int32_t* alias,
                                   tpu_cache_entry_t** out_entry) {
   *out_entry = NULL;
   tpu_key_t k;
@@ -481,9 +518,13 @@ static tpu_status_t* fuse_program(const fuse_queue_t* q, const int32_t* outs, in
   uint64_t hash = st ? 0 : tpu_hash_bytes(k.data, k.len);
   if (!st) *out_entry = tpu_cache_lookup(k.data, k.len, hash);
   if (!st && *out_entry) {
+    q->unreused = 0;
     tpu_metric_add(TPU_METRIC_CACHE_HITS, 1);
     tpu_trace_mark(TPU_TRACE_CACHE_HIT, "fused");
+  } else if (!st && !fuse_worth_compiling(q, hash)) {
+    tpu_metric_add(TPU_METRIC_FUSED_UNFUSED, 1);
   } else if (!st) {
+    q->unreused++;
     tpu_metric_add(TPU_METRIC_CACHE_MISSES, 1);
     tpu_trace_range_t range = tpu_trace_begin(TPU_TRACE_CACHE_MISS, "fused");
     tpu_compiled_t c;
@@ -508,27 +549,59 @@ static tpu_status_t* fuse_program(const fuse_queue_t* q, const int32_t* outs, in
   return st;
 }
 
-/* A recording of one execution needs no program of its own: that execution's
- * is launched as strict mode would (its results nobody holds are dropped). */
-static tpu_status_t* fuse_run_one(fuse_queue_t* q, int device) {
-  const fuse_op_t* op = &q->ops[0];
-  tpu_buffer_t* small[16];
-  int n = op->nargs + op->nouts;
-  tpu_buffer_t** bufs = n <= 16 ? small : calloc((size_t)n, sizeof(*bufs));
-  if (!bufs) return TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "fused eager: out of host memory");
-  tpu_aval_t* avals = calloc((size_t)(op->nouts ? op->nouts : 1), sizeof(*avals));
-  tpu_status_t* st = avals ? NULL : TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "fused eager: out of host memory");
-  for (int a = 0; a < op->nargs; ++a) bufs[a] = q->vals[q->args[op->first_arg + a]].ext;
-  for (int j = 0; avals && j < op->nouts; ++j) avals[j] = q->vals[op->first_val + j].aval;
-  tpu_buffer_t** results = bufs + op->nargs;
-  if (!st) st = tpu_executable_launch(op->exe, device, op->nargs, bufs, op->nouts, avals, op->producer, results);
-  for (int j = 0; !st && j < op->nouts; ++j) {
-    tpu_buffer_t* p = q->vals[op->first_val + j].pending;
-    if (p) tpu_buffer_resolve(p, results[j]);
-    tpu_buffer_release(results[j]);
+/* Runs the recording as its executions' own programs, in order, as strict mode
+ * would (each compiled now if it never ran alone): a recording of one execution
+ * needs no program of its own, and one whose fused program looks like a one-off
+ * is not worth one (fuse_worth_compiling). A result is dropped after its last
+ * reader; a referenced one settles its placeholder at once, so a later failure
+ * leaves it settled. */
+static tpu_status_t* fuse_run_ops(fuse_queue_t* q, int device) {
+  tpu_buffer_t** real = calloc((size_t)(q->nvals ? q->nvals : 1), sizeof(*real)); /* a result's buffer, owned */
+  int32_t* last = malloc(sizeof(*last) * (size_t)(q->nvals ? q->nvals : 1));       /* its last reader */
+  tpu_buffer_t** bufs = NULL;
+  tpu_aval_t* avals = NULL;
+  int cap = 0;
+  tpu_status_t* st = real && last ? NULL : TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "fused eager: out of host memory");
+  for (int v = 0; !st && v < q->nvals; ++v) last[v] = -1;
+  for (int i = 0; !st && i < q->nops; ++i)
+    for (int a = 0; a < q->ops[i].nargs; ++a) last[q->args[q->ops[i].first_arg + a]] = i;
+  for (int i = 0; !st && i < q->nops; ++i) {
+    const fuse_op_t* op = &q->ops[i];
+    int n = op->nargs > op->nouts ? op->nargs : op->nouts;
+    if (n > cap) {
+      cap = n;
+      free(bufs);
+      free(avals);
+      bufs = malloc(sizeof(*bufs) * (size_t)cap);
+      avals = malloc(sizeof(*avals) * (size_t)cap);
+      if (!bufs || !avals) {
+        st = TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "fused eager: out of host memory");
+        break;
+      }
+    }
+    for (int a = 0; a < op->nargs; ++a) {
+      const fuse_val_t* x = &q->vals[q->args[op->first_arg + a]];
+      bufs[a] = x->op < 0 ? x->ext : real[q->args[op->first_arg + a]];
+    }
+    for (int j = 0; j < op->nouts; ++j) avals[j] = q->vals[op->first_val + j].aval;
+    st = tpu_executable_launch(op->exe, device, op->nargs, bufs, op->nouts, avals, op->producer,
+                               &real[op->first_val]);
+    for (int j = 0; !st && j < op->nouts; ++j) {
+      int32_t v = op->first_val + j;
+      if (q->vals[v].pending) tpu_buffer_resolve(q->vals[v].pending, real[v]);
+      q->vals[v].pending = NULL;
+      if (last[v] < 0) tpu_buffer_release(real[v]), real[v] = NULL; /* nobody reads it */
+    }
+    for (int a = 0; !st && a < op->nargs; ++a) {
+      int32_t v = q->args[op->first_arg + a];
+      if (q->vals[v].op >= 0 && last[v] == i) tpu_buffer_release(real[v]), real[v] = NULL;
+    }
   }
+  for (int v = 0; real && v < q->nvals; ++v) tpu_buffer_release(real[v]);
+  free(real);
+  free(last);
+  free(bufs);
   free(avals);
-  if (bufs != small) free(bufs);
   return st;
 }
 
@@ -583,7 +656,7 @@ static int fuse_donations(const fuse_queue_t* q, const int32_t* outs, int nouts,
 
 /* Runs the recording's program and settles the placeholders in `outs`. */
 static tpu_status_t* fuse_run(fuse_queue_t* q, int device, const int32_t* outs, int nouts) {
-  if (q->nops == 1) return fuse_run_one(q, device);
+  if (q->nops == 1) return fuse_run_ops(q, device);
   tpu_cache_entry_t* entry = NULL;
   size_t np = (size_t)(q->nparams ? q->nparams : 1);
   tpu_buffer_t** params = calloc(np, sizeof(*params));
@@ -601,14 +674,16 @@ static tpu_status_t* fuse_run(fuse_queue_t* q, int device, const int32_t* outs, 
     for (int p = 0; donate && p < q->nparams; ++p) donate[p] = alias[p] >= 0;
   }
   if (!st) st = fuse_program(q, outs, nouts, donate ? alias : NULL, &entry);
-  if (!st) {
+  if (!st && !entry) {
+    st = fuse_run_ops(q, device);
+  } else if (!st) {
     const tpu_compiled_t* c = tpu_cache_entry_compiled(entry);
     char producer[64];
     snprintf(producer, sizeof producer, "fused program of %d ops", q->nops);
     st = tpu_executable_launch_donating(c->exe, device, q->nparams, params, donate, nouts, c->out_avals, producer,
                                         results);
   }
-  for (int k = 0; !st && k < nouts; ++k) {
+  for (int k = 0; !st && entry && k < nouts; ++k) {
     tpu_buffer_resolve(q->vals[outs[k]].pending, results[k]);
     tpu_buffer_release(results[k]);
   }

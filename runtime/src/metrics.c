@@ -38,6 +38,7 @@ static const char* const kNames[] = {
     [TPU_METRIC_H2D_LENT] = "h2d_lent",
     [TPU_METRIC_DONATED_BUFFERS] = "donated_buffers",
     [TPU_METRIC_QUICK_COMPILES] = "compiles_quick",
+    [TPU_METRIC_FUSED_UNFUSED] = "fused_unfused_runs",
 };
 static_assert(sizeof kNames / sizeof kNames[0] == TPU_METRIC_COUNT, "one name per metric");
 
