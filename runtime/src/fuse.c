@@ -11,7 +11,9 @@
  * its text written: each distinct executable's StableHLO as a private function,
  * called in order from @main, which XLA inlines and fuses across op boundaries.
  * Results no live placeholder wants are not returned, so XLA drops the work
- * that only fed them, and a dead tensor's value is never kept.
+ * that only fed them, and a dead tensor's value is never kept. A recording
+ * whose program would likely never be used again runs as its executions' own
+ * programs instead (fuse_worth_compiling).
  *
  * A loop that never syncs is cut at its size limit; size cuts look for the
  * period of the executable sequence, over the recordings cut since the last
