@@ -45,13 +45,30 @@ static void tpu_entry_weigh_locked(tpu_cache_entry_t* e) {
   e->weighed = maps > 0;
 }
 
+/* Eight bytes per step (a byte at a time, FNV-1a, was 3% of a small op's time
+ * on the cache lookup every op makes): each word is mixed in by a multiply and
+ * a shift, and the end folds the high bits down so every input bit reaches the
+ * low bits the table indexes with. */
+static uint64_t hash_mix(uint64_t h, uint64_t w) {
+  h = (h ^ w) * 0x9e3779b97f4a7c15ULL;
+  return h ^ (h >> 29);
+}
+
 uint64_t tpu_hash_bytes(const uint8_t* data, size_t len) {
-  uint64_t h = 1469598103934665603ULL; /* FNV-1a */
-  for (size_t i = 0; i < len; ++i) {
-    h ^= data[i];
-    h *= 1099511628211ULL;
+  uint64_t h = 0x243f6a8885a308d3ULL ^ (uint64_t)len;
+  size_t i = 0;
+  for (; i + 8 <= len; i += 8) {
+    uint64_t w;
+    memcpy(&w, data + i, 8); /* unaligned; compiles to one load */
+    h = hash_mix(h, w);
   }
-  return h;
+  if (i < len) {
+    uint64_t w = 0;
+    memcpy(&w, data + i, len - i);
+    h = hash_mix(h, w ^ ((uint64_t)(len - i) << 56));
+  }
+  h *= 0xbf58476d1ce4e5b9ULL;
+  return h ^ (h >> 32);
 }
 
 void tpu_compiled_destroy(tpu_compiled_t* c) {
