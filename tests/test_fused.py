@@ -437,12 +437,13 @@ def test_a_compiled_graph_runs_alone_not_inside_the_recording(fused):
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
-def test_recordings_that_never_come_back_stop_getting_fused_programs():
+def test_a_loop_that_changes_shapes_stops_getting_fused_programs():
     # A loop whose shapes change every iteration (a decode loop growing its KV
-    # cache by concatenation) builds a new fused program per iteration, each a
-    # compile of the whole body, never used again. After 8 programs built without
-    # a cache hit, a recording met for the first time runs as its ops' own
-    # programs (strict mode's); the second time it comes, it gets its program.
+    # cache by concatenation) records the same ops with new shapes each time: a
+    # fused program per iteration, each a compile of the whole body, never used
+    # again. After 3 programs for one structure, a recording of it with new shapes
+    # runs as its ops' own programs (strict mode's); the second time it comes, it
+    # gets its program.
     script = r"""
 import torch, torchtpu
 torchtpu.set_eager_mode("fused")
@@ -462,8 +463,8 @@ print("ok")
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     runs = [list(map(int, line.split()[1:])) for line in r.stdout.splitlines()[:4]]
-    # Sizes 1-12: 8 programs, then 4 recordings unfused. Sizes 9-12 again: they
-    # come back, so they get their programs. Sizes 13-16: new, and still no hit
-    # since the breaker tripped: unfused. Sizes 1-4: cache hits.
-    assert runs == [[8, 4, 12], [4, 0, 4], [0, 4, 4], [0, 0, 4]], r.stdout
+    # Sizes 1-12: 3 programs, then 9 recordings unfused. Sizes 9-12 again: they
+    # come back, so they get their programs. Sizes 13-16: new, unfused. Sizes 1-4:
+    # 1-3 hit, 4 comes back and gets its program.
+    assert runs == [[3, 9, 12], [4, 0, 4], [0, 4, 4], [1, 0, 4]], r.stdout
     assert r.stdout.strip().endswith("ok")

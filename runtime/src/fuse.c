@@ -42,12 +42,20 @@
 /* How much of the recent past the period search keeps: this many executions,
  * or the last recording if it alone is longer. */
 #define FUSE_HIST_OPS (1 << 14)
-/* The reuse breaker (fuse_worth_compiling): after this many fused programs
- * built in a row without a cache hit, a recording met for the first time runs
- * as its ops' own programs; its key is remembered (FUSE_SEEN_CAP of them), and
- * the second time it comes its fused program is built. */
-#define FUSE_UNREUSED_MAX 8
-#define FUSE_SEEN_CAP 1024
+/* The shape-churn breaker (fuse_worth_compiling): a recorded structure (its ops
+ * and their wiring, not their shapes) gets fused programs for this many sets of
+ * shapes; a recording of it with new shapes then runs as its ops' own programs
+ * the first time it comes, and gets its program the second time. The tallies
+ * behind it hold FUSE_TALLY_CAP keys each and start over when half full. */
+#define FUSE_CHURN_SHAPES 3
+#define FUSE_TALLY_CAP 1024
+
+/* Counts per 64-bit key (open addressing; key 0 marks an empty slot). */
+typedef struct fuse_tally {
+  uint64_t keys[FUSE_TALLY_CAP];
+  int32_t counts[FUSE_TALLY_CAP];
+  int n;
+} fuse_tally_t;
 
 typedef struct fuse_val {
   tpu_buffer_t* ext;     /* an input: the buffer (retained) */
@@ -90,11 +98,10 @@ typedef struct fuse_queue {
   uint64_t* hist;
   int32_t* hist_border; /* fuse_period's work space, hist_cap long */
   int hist_len, hist_cap;
-  /* The reuse breaker: programs built since the last hit, and the key hashes of
-   * recordings run unfused (open addressing, 0 = empty, cleared when half full). */
-  int unreused;
-  uint64_t seen_programs[FUSE_SEEN_CAP];
-  int nseen_programs;
+  /* The shape-churn breaker, allocated at its first use: fused programs built
+   * per recorded structure, and recordings run unfused per key hash. */
+  fuse_tally_t* builds;
+  fuse_tally_t* unfused;
 } fuse_queue_t;
 
 static fuse_queue_t g_queues[TPU_MAX_DEVICES];
@@ -482,28 +489,60 @@ static tpu_status_t* fuse_blame(const fuse_queue_t* q, tpu_status_t* st) {
   return st;
 }
 
+/* Adds `add` to the count of `key` and returns the new count; when the table
+ * would be more than half full it starts over. */
+static int32_t fuse_tally_add(fuse_tally_t* t, uint64_t key, int32_t add) {
+  uint64_t h = key ? key : 1;
+  size_t i = (size_t)(h >> 7) & (FUSE_TALLY_CAP - 1);
+  while (t->keys[i] && t->keys[i] != h) i = (i + 1) & (FUSE_TALLY_CAP - 1);
+  if (!t->keys[i]) {
+    if (add == 0) return 0;
+    if (2 * (t->n + 1) > FUSE_TALLY_CAP) {
+      memset(t, 0, sizeof *t);
+      i = (size_t)(h >> 7) & (FUSE_TALLY_CAP - 1);
+    }
+    t->keys[i] = h;
+    t->n++;
+  }
+  return t->counts[i] += add;
+}
+
+/* A hash of the recording's structure: its ops and how they are wired, without
+ * their shapes (the same loop body at another length hashes the same). */
+static uint64_t fuse_structure(const fuse_queue_t* q) {
+  tpu_key_t k;
+  tpu_key_init(&k);
+  for (int i = 0; i < q->nops; ++i) {
+    const fuse_op_t* op = &q->ops[i];
+    tpu_key_put(&k, op->producer, strnlen(op->producer, sizeof op->producer));
+    tpu_key_i64(&k, ((int64_t)op->nargs << 32) | (uint32_t)op->nouts);
+    tpu_key_put(&k, &q->args[op->first_arg], sizeof(int32_t) * (size_t)op->nargs);
+  }
+  uint64_t h = k.oom ? 0 : tpu_hash_bytes(k.data, k.len);
+  tpu_key_free(&k);
+  return h;
+}
+
 /* Whether a recording whose fused program is not in the cache should get one
  * (false: run it as its ops' own programs). A program pays for its compile only
- * when its recording comes again; a loop that changes shapes every iteration
- * (a decode loop growing its KV cache by concatenation) builds a new one each
- * time, each compiling the whole loop body. So once FUSE_UNREUSED_MAX programs
- * were built without a hit in between, a recording met for the first time runs
- * unfused, as strict mode would: its ops' programs are small, and shared by the
- * next iterations. Its key is remembered, so a recording that does come again
- * gets its program. */
+ * when its recording comes again. A loop that changes shapes every iteration
+ * (HF generate's default cache grows by concatenation) records the same
+ * structure with new shapes each time: a new program per iteration, each a
+ * compile of the whole loop body, never used again. So once a structure got
+ * FUSE_CHURN_SHAPES programs, a recording of it with new shapes runs unfused,
+ * as strict mode would (its ops' programs are small and mostly shared by the
+ * next iterations); it gets its program the second time it comes. */
 static bool fuse_worth_compiling(fuse_queue_t* q, uint64_t hash) {
-  if (q->unreused < FUSE_UNREUSED_MAX) return true;
-  uint64_t h = hash ? hash : 1; /* 0 marks an empty slot */
-  size_t i = (size_t)(h >> 7) & (FUSE_SEEN_CAP - 1);
-  while (q->seen_programs[i] && q->seen_programs[i] != h) i = (i + 1) & (FUSE_SEEN_CAP - 1);
-  if (q->seen_programs[i]) return true; /* seen before: it repeats */
-  if (2 * (q->nseen_programs + 1) > FUSE_SEEN_CAP) {
-    memset(q->seen_programs, 0, sizeof q->seen_programs);
-    q->nseen_programs = 0;
-    i = (size_t)(h >> 7) & (FUSE_SEEN_CAP - 1);
+  if (!q->builds) q->builds = calloc(1, sizeof *q->builds);
+  if (!q->unfused) q->unfused = calloc(1, sizeof *q->unfused);
+  if (!q->builds || !q->unfused) return true; /* without memory: always fused, as before */
+  if (fuse_tally_add(q->unfused, hash, 0) > 0) return true; /* it came back */
+  uint64_t structure = fuse_structure(q);
+  if (fuse_tally_add(q->builds, structure, 0) < FUSE_CHURN_SHAPES) {
+    fuse_tally_add(q->builds, structure, 1);
+    return true;
   }
-  q->seen_programs[i] = h;
-  q->nseen_programs++;
+  fuse_tally_add(q->unfused, hash, 1);
   return false;
 }
 
@@ -520,13 +559,11 @@ static tpu_status_t* fuse_program(fuse_queue_t* q, const int32_t* outs, int nout
   uint64_t hash = st ? 0 : tpu_hash_bytes(k.data, k.len);
   if (!st) *out_entry = tpu_cache_lookup(k.data, k.len, hash);
   if (!st && *out_entry) {
-    q->unreused = 0;
     tpu_metric_add(TPU_METRIC_CACHE_HITS, 1);
     tpu_trace_mark(TPU_TRACE_CACHE_HIT, "fused");
   } else if (!st && !fuse_worth_compiling(q, hash)) {
     tpu_metric_add(TPU_METRIC_FUSED_UNFUSED, 1);
   } else if (!st) {
-    q->unreused++;
     tpu_metric_add(TPU_METRIC_CACHE_MISSES, 1);
     tpu_trace_range_t range = tpu_trace_begin(TPU_TRACE_CACHE_MISS, "fused");
     tpu_compiled_t c;

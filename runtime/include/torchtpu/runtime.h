@@ -98,7 +98,7 @@ typedef enum tpu_metric {
   TPU_METRIC_H2D_LENT,         /* uploads whose device buffer is a pooled host block (CPU plugin: >= 1 MiB, or tpu_tensor_upload_block) */
   TPU_METRIC_DONATED_BUFFERS,  /* input buffers a compiled graph reused for its in-place outputs (tpu_graph_alias) */
   TPU_METRIC_QUICK_COMPILES,   /* compiles with the CPU plugin's quick options (small programs, executable.c) */
-  TPU_METRIC_FUSED_UNFUSED,    /* recordings run as their ops' own programs: their fused program looked like a one-off */
+  TPU_METRIC_FUSED_UNFUSED,    /* recordings run as their ops' own programs: new shapes of a structure that changes shapes (fuse.c) */
   TPU_METRIC_COUNT
 } tpu_metric_t;
 const char* tpu_metric_name(tpu_metric_t m);
