@@ -26,6 +26,8 @@ struct tpu_cache_entry {
   tpu_cache_entry_t* next; /* bucket chain */
   tpu_cache_entry_t* lru_prev;
   tpu_cache_entry_t* lru_next;
+  tpu_cache_entry_t* unw_prev; /* the list of entries not weighed yet */
+  tpu_cache_entry_t* unw_next;
 };
 
 static pthread_mutex_t tpu_cache_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -35,14 +37,50 @@ static tpu_cache_entry_t* tpu_lru_tail;
 static size_t tpu_cache_count;  /* entries */
 static size_t tpu_cache_weight; /* their total weight, bounded by the capacity */
 static size_t tpu_cache_capacity;
+/* Entries whose lazy executable had not compiled when last weighed. A lazy one
+ * may compile without being looked up again (fused eager mode runs a recording's
+ * ops unfused, each its op's program): the next insert weighs them again when
+ * executables were loaded since (tpu_executable_loads), so what they mapped
+ * counts towards the capacity. */
+static tpu_cache_entry_t* tpu_unweighed;
+static uint64_t tpu_unweighed_loads;
 
-/* Weighs `e` by its executable's code mappings (under the lock). */
-static void tpu_entry_weigh_locked(tpu_cache_entry_t* e) {
+static void tpu_unweighed_unlink(tpu_cache_entry_t* e) {
+  if (e->weighed) return; /* not in the list */
+  if (e->unw_prev) e->unw_prev->unw_next = e->unw_next;
+  else tpu_unweighed = e->unw_next;
+  if (e->unw_next) e->unw_next->unw_prev = e->unw_prev;
+  e->unw_prev = e->unw_next = NULL;
+}
+
+/* Weighs `e` by its executable's code mappings (under the lock); `listed`: it
+ * is in the unweighed list. */
+static void tpu_entry_weigh_locked(tpu_cache_entry_t* e, bool listed) {
   int maps = tpu_executable_maps(e->compiled.exe);
   size_t w = maps > 0 ? (size_t)maps : 1;
   tpu_cache_weight += w - e->weight;
   e->weight = w;
+  if (listed && maps > 0) tpu_unweighed_unlink(e);
+  if (!listed && maps <= 0) {
+    e->unw_prev = NULL;
+    e->unw_next = tpu_unweighed;
+    if (tpu_unweighed) tpu_unweighed->unw_prev = e;
+    tpu_unweighed = e;
+  }
   e->weighed = maps > 0;
+}
+
+/* Weighs again the unweighed entries when executables were loaded since the
+ * last time (under the lock). */
+static void tpu_unweighed_refresh_locked(void) {
+  uint64_t loads = tpu_executable_loads();
+  if (loads == tpu_unweighed_loads) return;
+  tpu_unweighed_loads = loads;
+  for (tpu_cache_entry_t* e = tpu_unweighed; e;) {
+    tpu_cache_entry_t* next = e->unw_next;
+    tpu_entry_weigh_locked(e, true);
+    e = next;
+  }
 }
 
 /* Eight bytes per step (a byte at a time, FNV-1a, was 3% of a small op's time
@@ -118,6 +156,8 @@ static void tpu_cache_unlink_locked(tpu_cache_entry_t* e) {
   while (*p && *p != e) p = &(*p)->next;
   if (*p) *p = e->next;
   tpu_lru_unlink(e);
+  tpu_unweighed_unlink(e);
+  e->weighed = true; /* out of every list */
   tpu_cache_count--;
   tpu_cache_weight -= e->weight;
 }
@@ -127,7 +167,7 @@ tpu_cache_entry_t* tpu_cache_lookup(const uint8_t* key, size_t len, uint64_t has
   tpu_cache_entry_t* e = tpu_cache_find_locked(key, len, hash);
   if (e) {
     atomic_fetch_add(&e->refs, 1);
-    if (!e->weighed) tpu_entry_weigh_locked(e); /* compiled since: the next insert evicts by it */
+    if (!e->weighed) tpu_entry_weigh_locked(e, true); /* compiled since: the next insert evicts by it */
     if (tpu_lru_head != e) {
       tpu_lru_unlink(e);
       tpu_lru_push_front(e);
@@ -178,7 +218,8 @@ tpu_status_t* tpu_cache_insert(const uint8_t* key, size_t len, uint64_t hash, tp
   tpu_cache_buckets[b] = e;
   tpu_lru_push_front(e);
   tpu_cache_count++;
-  tpu_entry_weigh_locked(e);
+  tpu_entry_weigh_locked(e, false);
+  tpu_unweighed_refresh_locked();
   while (tpu_cache_weight > tpu_cache_capacity_get() && tpu_lru_tail && tpu_lru_tail != e) {
     tpu_cache_entry_t* old = tpu_lru_tail;
     tpu_cache_unlink_locked(old);
@@ -199,6 +240,7 @@ void tpu_cache_clear(void) {
   pthread_mutex_lock(&tpu_cache_mu);
   tpu_cache_entry_t* all = tpu_lru_head;
   tpu_lru_head = tpu_lru_tail = NULL;
+  tpu_unweighed = NULL;
   memset(tpu_cache_buckets, 0, sizeof(tpu_cache_buckets));
   tpu_cache_count = 0;
   tpu_cache_weight = 0;

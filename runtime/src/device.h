@@ -115,6 +115,9 @@ bool tpu_executable_standalone(const tpu_executable_t* exe);
 /* The memory mappings its code added to the process when it was compiled or
  * loaded (what the executable cache weighs it by; 0 while a lazy one is not compiled). */
 int tpu_executable_maps(const tpu_executable_t* exe);
+/* How many executables were compiled or loaded so far in the process (the cache
+ * weighs its lazy entries again when this moved). */
+uint64_t tpu_executable_loads(void);
 const char* tpu_executable_text(const tpu_executable_t* exe, size_t* out_len);
 /* Runs on `device` now; outputs get `out_avals` and remember `producer` (op
  * name, copied) for error messages. In debug eager mode waits for the outputs. */

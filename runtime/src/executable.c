@@ -34,6 +34,7 @@ struct tpu_executable {
 };
 
 static atomic_uint_fast64_t g_next_exe_id = 1;
+static atomic_uint_fast64_t g_loads; /* executables compiled or loaded from disk so far */
 
 /* Serialized xla.CompileOptionsProto: compile_portable_executable = true (so
  * execute_device may pick any device), then executable_build_options {
@@ -362,6 +363,7 @@ static tpu_status_t* executable_loaded(tpu_executable_t* exe, PJRT_LoadedExecuta
     if (!status) {
       atomic_store_explicit(&exe->maps, maps, memory_order_relaxed);
       atomic_store_explicit(&exe->loaded, loaded, memory_order_release);
+      atomic_fetch_add_explicit(&g_loads, 1, memory_order_release);
     }
   }
   pthread_mutex_unlock(&exe->load_mu);
@@ -400,6 +402,8 @@ void tpu_executable_destroy(tpu_executable_t* exe) {
 }
 
 uint64_t tpu_executable_id(const tpu_executable_t* exe) { return exe->id; }
+
+uint64_t tpu_executable_loads(void) { return atomic_load_explicit(&g_loads, memory_order_acquire); }
 
 void tpu_executable_set_standalone(tpu_executable_t* exe) { exe->standalone = true; }
 
