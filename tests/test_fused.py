@@ -468,3 +468,40 @@ print("ok")
     # 1-3 hit, 4 comes back and gets its program.
     assert runs == [[3, 9, 12], [4, 0, 4], [0, 4, 4], [1, 0, 4]], r.stdout
     assert r.stdout.strip().endswith("ok")
+
+
+def test_a_period_the_loop_does_not_follow_is_learned_again():
+    # The body repeats a 3-op "layer" 4 times, then 10 ops that do not repeat
+    # inside it (22 in all). A limit of 12 makes the first cut see only the
+    # layers, so it takes 3 for the period; cuts on multiples of 3 then start at
+    # a new place in the 22-op body each time (12 programs). The next cut does not
+    # follow that period: it is dropped and learned again from the longer history.
+    script = r"""
+import torch, torchtpu
+def loop(t, iters):
+    for _ in range(iters):
+        for _ in range(4):
+            t = t.sin().cos().tanh()
+        for k in range(1, 6):
+            t = t + t[:k].sum()
+    return t
+x = torch.randn(32)
+torchtpu.set_eager_mode("strict")
+want = loop(x.to("tpu"), 40).cpu()
+with torchtpu.eager_mode("fused"):
+    before = torchtpu.metrics()
+    got = loop(x.to("tpu"), 40).cpu()
+m = torchtpu.metrics()
+print("programs", m["fused_programs"] - before["fused_programs"])
+print("flushes", m["fused_flushes"] - before["fused_flushes"])
+torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+print("ok")
+"""
+    env = dict(os.environ, TORCHTPU_FUSED_MAX_OPS="12")
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = {k: int(v) for k, v in (line.split() for line in r.stdout.splitlines() if " " in line)}
+    # 880 executions; the body's period (22, at most twice a recording) is cut
+    # once per body once learned.
+    assert out["programs"] <= 6 and out["flushes"] == 42, r.stdout
+    assert r.stdout.strip().endswith("ok")

@@ -93,8 +93,8 @@ typedef struct fuse_queue {
    * past the size limit (chunk 0); a longer one into chunks of `chunk` ops from
    * each period's start, `phase` counting the ops since the learning cut. */
   int period, chunk, phase;
-  /* While no period is known: the executable ids of the recordings cut at the
-   * size limit since the last sync, oldest first. */
+  /* The executable ids of the recordings cut at the size limit since the last
+   * sync, oldest first (the period is learned and checked on them). */
   uint64_t* hist;
   int32_t* hist_border; /* fuse_period's work space, hist_cap long */
   int hist_len, hist_cap;
@@ -782,14 +782,33 @@ static bool fuse_hist_add(fuse_queue_t* q) {
   return true;
 }
 
-/* At a size cut with no period known: looks for one. A period up to twice the
- * recording's length is cut once per period (one program per loop body); a
- * longer one into chunks of the recording's length from each period's start. */
+/* Whether the recording just added to the history repeats the executions one
+ * period before it. */
+static bool fuse_follows_period(const fuse_queue_t* q) {
+  for (int i = q->hist_len - q->nops; i < q->hist_len; ++i)
+    if (i >= q->period && q->hist[i] != q->hist[i - q->period]) return false;
+  return true;
+}
+
+/* At a size cut: learns the loop's period, or checks the one learned. A period
+ * the recording just cut did not follow is dropped and learned again from the
+ * longer history: a stretch too short to show the loop body can repeat a layer
+ * inside it, and cuts on the layer's period start at a new place in the body
+ * each time. A period up to twice the recording's length is cut once per
+ * period (one program per loop body); a longer one into chunks of the
+ * recording's length from each period's start. */
 static void fuse_learn_period(fuse_queue_t* q) {
-  if (!fuse_hist_add(q) || (q->period = fuse_period(q, q->nops)) == 0) return;
+  if (!fuse_hist_add(q)) {
+    q->period = q->chunk = q->phase = 0;
+    return;
+  }
+  if (q->period && fuse_follows_period(q)) return;
+  if ((q->period = fuse_period(q, q->nops)) == 0) {
+    q->chunk = q->phase = 0;
+    return;
+  }
   q->chunk = q->period <= q->nops ? 0 : q->period <= 2 * q->nops ? q->period : q->nops;
   q->phase = 0;
-  q->hist_len = 0;
 }
 
 static void fuse_forget_period(fuse_queue_t* q) {
@@ -808,7 +827,7 @@ static void fuse_reset(fuse_queue_t* q) {
 
 static tpu_status_t* fuse_flush_locked(fuse_queue_t* q, int device, bool at_limit) {
   if (q->nops == 0) return NULL;
-  if (at_limit && !q->period) fuse_learn_period(q);
+  if (at_limit) fuse_learn_period(q);
   int32_t* outs = malloc(sizeof(int32_t) * (size_t)(q->nvals ? q->nvals : 1));
   tpu_status_t* st = outs ? NULL : TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "fused eager: out of host memory");
   int n = 0;
