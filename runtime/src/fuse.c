@@ -39,8 +39,9 @@
  * also falls where the recorded ops' StableHLO text reaches this many bytes
  * (one layer norm's program is ~60 KB, an add's ~0.6 KB). */
 #define FUSE_DEFAULT_TEXT_LIMIT (1 << 18)
-/* How much of the recent past the period search keeps: this many executions,
- * or the last recording if it alone is longer. */
+/* How much of the recent past the period search keeps: at most this many
+ * executions (at least half of them once reached), or the last recording if it
+ * alone is longer. */
 #define FUSE_HIST_OPS (1 << 14)
 /* The shape-churn breaker (fuse_worth_compiling): a recorded structure (its ops
  * and their wiring, not their shapes) gets fused programs for this many sets of
@@ -762,13 +763,14 @@ static int fuse_period(fuse_queue_t* q, int min_len) {
   return 0;
 }
 
-/* Adds the recording being cut to the history, dropping the oldest executions
- * past FUSE_HIST_OPS; false without memory (the period is then not learned:
- * more programs, nothing wrong). */
+/* Adds the recording being cut to the history. Past FUSE_HIST_OPS executions
+ * the oldest go, down to half of that, so the move is paid once per half the
+ * history, not at every cut. False without memory (the period is then not
+ * learned: more programs, nothing wrong). */
 static bool fuse_hist_add(fuse_queue_t* q) {
   int keep = q->hist_len + q->nops <= FUSE_HIST_OPS ? q->hist_len
-             : q->nops >= FUSE_HIST_OPS             ? 0
-                                                    : FUSE_HIST_OPS - q->nops;
+             : q->nops >= FUSE_HIST_OPS / 2         ? 0
+                                                    : FUSE_HIST_OPS / 2 - q->nops;
   if (keep > 0 && keep < q->hist_len)
     memmove(q->hist, q->hist + (q->hist_len - keep), sizeof(*q->hist) * (size_t)keep);
   q->hist_len = keep;
