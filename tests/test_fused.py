@@ -269,6 +269,17 @@ def test_autograd_and_compile_inside_fused_mode(fused):
     assert_same(f(x.to("tpu")), torch.relu(x) * 3 + x.mean())
 
 
+def _counts_in_a_process(script, **env_vars):
+    """Runs `script` in a process of its own (the runtime reads these variables
+    once); it prints "name count" lines and ends with "ok". Returns the counts
+    and the completed process."""
+    env = dict(os.environ, **env_vars)
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip().endswith("ok"), r.stdout
+    return {k: int(v) for k, v in (line.split() for line in r.stdout.splitlines() if " " in line)}, r
+
+
 def test_a_loop_without_syncs_is_cut_at_its_period():
     # A 3-op loop body, 200 times, with a limit of 64 recorded executions: the
     # first cut learns the period (3) and later cuts fall on multiples of it, so
@@ -297,17 +308,13 @@ for name, loop in (("a", loop3), ("b", loop5)):
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 print("ok")
 """
-    env = dict(os.environ, TORCHTPU_FUSED_MAX_OPS="64")
-    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    out = {k: int(v) for k, v in (line.split() for line in r.stdout.splitlines() if " " in line)}
+    out, r = _counts_in_a_process(script, TORCHTPU_FUSED_MAX_OPS="64")
     # 600 executions: the first cut at 64 (one program), then 8 chunks of 66, the
     # first multiple of 3 past the limit (one program), then the remainder of 8 at
     # the download (one program).
     assert out["a_flushes"] == 10 and out["a_programs"] == 3, r.stdout
     # 1000 executions: 64, then 14 chunks of 65, then 26.
     assert out["b_flushes"] == 16 and out["b_programs"] == 3, r.stdout
-    assert r.stdout.strip().endswith("ok")
 
 
 def test_a_loop_body_longer_than_a_recording_is_learned_across_cuts():
@@ -338,10 +345,7 @@ for name, n, iters in (("a", 50, 20), ("b", 100, 10)):
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-4)
 print("ok")
 """
-    env = dict(os.environ, TORCHTPU_FUSED_MAX_OPS="64")
-    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    out = {k: int(v) for k, v in (line.split() for line in r.stdout.splitlines() if " " in line)}
+    out, r = _counts_in_a_process(script, TORCHTPU_FUSED_MAX_OPS="64")
     # 2001 executions (the zeros first). Cuts at 64, 128, 192, 256 (4 programs):
     # at the fourth, the last 255 executions hold two bodies (the zeros never
     # repeat). The period (100) is at most twice a recording: one cut per body,
@@ -351,7 +355,6 @@ print("ok")
     # recording, each body is cut into chunks of 64, 64, 64 and 8 at the same
     # places: 7 + 7 x 4 + 3 flushes, at most 7 + 4 + 1 programs.
     assert out["b_flushes"] == 38 and out["b_programs"] <= 12, r.stdout
-    assert r.stdout.strip().endswith("ok")
 
 
 def test_a_tiny_executable_cache_evicts_without_harm():
@@ -497,11 +500,7 @@ print("flushes", m["fused_flushes"] - before["fused_flushes"])
 torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 print("ok")
 """
-    env = dict(os.environ, TORCHTPU_FUSED_MAX_OPS="12")
-    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    out = {k: int(v) for k, v in (line.split() for line in r.stdout.splitlines() if " " in line)}
+    out, r = _counts_in_a_process(script, TORCHTPU_FUSED_MAX_OPS="12")
     # 880 executions; the body's period (22, at most twice a recording) is cut
     # once per body once learned.
     assert out["programs"] <= 6 and out["flushes"] == 42, r.stdout
-    assert r.stdout.strip().endswith("ok")
