@@ -142,6 +142,30 @@ def test_svd_repeated(dtype):
     _check_svd(q.to(dtype), True)
 
 
+# From 32 columns Jacobi starts from A V0, V0 the eigenvectors of A^T A from
+# eigh's tridiagonal stage: an odd count (the padding column's unit vector in
+# V0), a tall input below the QR ratio and a wide one (decomposed as A^T).
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(2, 50, 40), (41, 33), (33, 45)])
+def test_svd_preconditioned(dtype, shape):
+    a = _randn(shape, dtype)
+    _check_svd(a, full_matrices=False)
+    _check_svd(a, full_matrices=True)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_svd_preconditioned_hard_spectra(dtype):
+    # repeated, rank-deficient and graded singular values at 36 columns: A^T A's
+    # eigenvectors are poor there (repeated or tiny eigenvalues), and Jacobi
+    # must still end orthogonal and exact to the absolute tolerance
+    lo = -6 if dtype == torch.float64 else -3
+    spectra = [torch.tensor([2.0] * 18 + [1.0] * 18, dtype=torch.float64),
+               torch.cat([torch.rand(6, dtype=torch.float64) + 1, torch.zeros(30, dtype=torch.float64)]),
+               torch.logspace(0, lo, 36, dtype=torch.float64)]
+    a = torch.stack([_with_singular_values((40, 36), s) for s in spectra]).to(dtype)
+    _check_svd(a, full_matrices=True)
+
+
 @pytest.mark.parametrize("shape", [(3, 0), (0, 3), (0, 0), (2, 0, 4), (0, 3, 3), (2, 4, 0)])
 @pytest.mark.parametrize("full", [False, True])
 def test_svd_empty(shape, full):

@@ -41,47 +41,53 @@ static tpu_val_t tpu_qr_reflect(tpu_builder_t* b, tpu_val_t X, tpu_val_t v, tpu_
                       tpu_b_binary(b, "stablehlo.multiply", tpu_mx_bcast_batch(b, tau, &m), outer));
 }
 
+tpu_qr_reflector_t tpu_qr_larfg(tpu_builder_t* b, tpu_val_t x, tpu_val_t at, tpu_val_t below) {
+  tpu_aval_t vec = *tpu_b_aval(b, x), bat = tpu_mx_drop(&vec, 1);
+  int last = vec.rank - 1;
+  tpu_val_t zero = tpu_b_full(b, &vec, 0), bzero = tpu_b_full(b, &bat, 0);
+  tpu_val_t xb = tpu_b_select(b, below, x, zero);
+  tpu_val_t alpha = tpu_mx_pick(b, at, x, last);
+  tpu_val_t xn2 = tpu_mx_sum(b, tpu_b_binary(b, "stablehlo.multiply", xb, xb), last);
+  /* beta = -sign(alpha) * ||(alpha, x)||, sign(0) = +. */
+  tpu_val_t norm = tpu_b_unary(b, "stablehlo.sqrt",
+                               tpu_b_binary(b, "stablehlo.add", tpu_b_binary(b, "stablehlo.multiply", alpha, alpha), xn2));
+  tpu_val_t beta = tpu_b_select(b, tpu_b_compare(b, "GE", alpha, bzero), tpu_b_unary(b, "stablehlo.negate", norm), norm);
+  tpu_qr_reflector_t h;
+  h.live = tpu_b_compare(b, "GT", xn2, bzero);
+  h.tau = tpu_b_select(
+      b, h.live, tpu_b_binary(b, "stablehlo.divide", tpu_b_binary(b, "stablehlo.subtract", beta, alpha), beta), bzero);
+  tpu_val_t denom = tpu_b_select(b, h.live, tpu_b_binary(b, "stablehlo.subtract", alpha, beta), tpu_b_full(b, &bat, 1));
+  tpu_val_t vb = tpu_b_binary(b, "stablehlo.divide", xb, tpu_mx_bcast_batch(b, denom, &vec));
+  h.v = tpu_b_select(b, at, tpu_b_full(b, &vec, 1), vb);
+  h.beta = tpu_b_select(b, h.live, beta, alpha);
+  return h;
+}
+
 /* Carry: A (batch..., m, n) in compact form so far, tau (batch..., k). */
 static void tpu_qr_geqrf_step(tpu_builder_t* b, void* ctx, tpu_val_t j, const tpu_val_t* in, tpu_val_t* out) {
   (void)ctx;
   tpu_val_t A = in[0];
   tpu_aval_t m = *tpu_b_aval(b, A);
   int r = m.rank;
-  tpu_aval_t vec = tpu_mx_drop(&m, 1), ivec = tpu_mx_retype(&vec, TPU_I32), bat = tpu_mx_drop(&m, 2);
+  tpu_aval_t vec = tpu_mx_drop(&m, 1), ivec = tpu_mx_retype(&vec, TPU_I32);
   tpu_val_t idx = tpu_b_iota(b, &ivec, r - 2), jv = tpu_b_broadcast_in_dim(b, j, ivec.rank, ivec.dims, NULL);
   tpu_val_t below = tpu_b_compare(b, "GT", idx, jv), at = tpu_b_compare(b, "EQ", idx, jv);
   tpu_val_t x = tpu_mx_take(b, A, r - 1, j);
-  tpu_val_t zero = tpu_b_full(b, &vec, 0), bzero = tpu_b_full(b, &bat, 0);
-  tpu_val_t xb = tpu_b_select(b, below, x, zero);
-  tpu_val_t alpha = tpu_mx_pick(b, at, x, r - 2);
-  int64_t rows = r - 2;
-  tpu_val_t xn2 = tpu_b_reduce(b, tpu_b_binary(b, "stablehlo.multiply", xb, xb), tpu_b_const(b, m.dtype, 0), 1,
-                               &rows, "stablehlo.add");
-  /* dlarfg: beta = -sign(alpha) * ||(alpha, x)||, sign(0) = +. */
-  tpu_val_t norm = tpu_b_unary(b, "stablehlo.sqrt",
-                               tpu_b_binary(b, "stablehlo.add", tpu_b_binary(b, "stablehlo.multiply", alpha, alpha), xn2));
-  tpu_val_t beta = tpu_b_select(b, tpu_b_compare(b, "GE", alpha, bzero), tpu_b_unary(b, "stablehlo.negate", norm), norm);
-  tpu_val_t nz = tpu_b_compare(b, "GT", xn2, bzero);
-  tpu_val_t tau = tpu_b_select(
-      b, nz, tpu_b_binary(b, "stablehlo.divide", tpu_b_binary(b, "stablehlo.subtract", beta, alpha), beta), bzero);
-  tpu_val_t denom = tpu_b_select(b, nz, tpu_b_binary(b, "stablehlo.subtract", alpha, beta), tpu_b_full(b, &bat, 1));
-  tpu_val_t vb = tpu_b_binary(b, "stablehlo.divide", xb, tpu_mx_bcast_batch(b, denom, &vec));
-  tpu_val_t v = tpu_b_select(b, at, tpu_b_full(b, &vec, 1), vb);
+  tpu_qr_reflector_t h = tpu_qr_larfg(b, x, at, below);
   /* Column j becomes (R part above, beta, v below); columns > j get H_j. */
-  tpu_val_t colj = tpu_b_select(b, at, tpu_mx_bcast_batch(b, tpu_b_select(b, nz, beta, alpha), &vec),
-                                tpu_b_select(b, below, vb, x));
+  tpu_val_t colj = tpu_b_select(b, at, tpu_mx_bcast_batch(b, h.beta, &vec), tpu_b_select(b, below, h.v, x));
   tpu_aval_t imat = tpu_mx_retype(&m, TPU_I32);
   tpu_val_t ci = tpu_b_iota(b, &imat, r - 1), jm = tpu_b_broadcast_in_dim(b, j, m.rank, m.dims, NULL);
-  tpu_val_t A1 = tpu_b_select(b, tpu_b_compare(b, "GT", ci, jm), tpu_qr_reflect(b, A, v, tau), A);
+  tpu_val_t A1 = tpu_b_select(b, tpu_b_compare(b, "GT", ci, jm), tpu_qr_reflect(b, A, h.v, h.tau), A);
   out[0] = tpu_b_select(b, tpu_b_compare(b, "EQ", ci, jm), tpu_mx_bcast_vec(b, colj, &m, false), A1);
   tpu_aval_t ta = *tpu_b_aval(b, in[1]), ita = tpu_mx_retype(&ta, TPU_I32);
   tpu_val_t on_j = tpu_b_compare(b, "EQ", tpu_b_iota(b, &ita, ta.rank - 1),
                                  tpu_b_broadcast_in_dim(b, j, ita.rank, ita.dims, NULL));
-  out[1] = tpu_b_select(b, on_j, tpu_mx_bcast_batch(b, tau, &ta), in[1]);
+  out[1] = tpu_b_select(b, on_j, tpu_mx_bcast_batch(b, h.tau, &ta), in[1]);
 }
 
 /* geqr2 (unblocked) of A (batch..., m, n): the compact matrix and tau (batch..., min(m, n)). */
-static void tpu_qr_geqr2(tpu_builder_t* b, tpu_val_t A, tpu_val_t* out_a, tpu_val_t* out_tau) {
+void tpu_qr_geqr2(tpu_builder_t* b, tpu_val_t A, tpu_val_t* out_a, tpu_val_t* out_tau) {
   tpu_aval_t m = *tpu_b_aval(b, A);
   int64_t k = m.dims[m.rank - 2] < m.dims[m.rank - 1] ? m.dims[m.rank - 2] : m.dims[m.rank - 1];
   tpu_aval_t ta = tpu_mx_drop(&m, 1);
@@ -92,14 +98,28 @@ static void tpu_qr_geqr2(tpu_builder_t* b, tpu_val_t A, tpu_val_t* out_a, tpu_va
   *out_tau = res[1];
 }
 
-/* The compact WY form of H_0 H_1 ... H_{k-1} = I - Y T Y^T (LAPACK dlarft):
- * Y (batch..., m, k) holds the reflectors as unit lower trapezoidal columns and
- * T is upper triangular. Instead of T, *out_u is its inverse U = triu(Y^T Y, 1)
- * + diag(1/tau): inverting dlarft's recurrence T_j = [T, -tau_j T Y^T y_j; 0, tau_j]
- * column by column gives exactly that, so no step depends on another and
- * applying T is one triangular solve. A reflector with tau = 0 is the identity
- * (dlarfg's untouched column): its column of Y is zeroed and its U diagonal is 1. */
-static void tpu_qr_wy(tpu_builder_t* b, tpu_val_t V, tpu_val_t tau, tpu_val_t* out_y, tpu_val_t* out_u) {
+/* The compact WY form of H_0 H_1 ... H_{k-1} = I - Y T Y^T (LAPACK dlarft) for
+ * reflectors Y (batch..., m, k) and tau (batch..., k). Instead of T, *out_u is
+ * its inverse U = triu(Y^T Y, 1) + diag(1/tau): inverting dlarft's recurrence
+ * T_j = [T, -tau_j T Y^T y_j; 0, tau_j] column by column gives exactly that, so
+ * no step depends on another and applying T is one triangular solve. A
+ * reflector with tau = 0 is the identity: its column of Y must be zero, and its
+ * U diagonal is 1. */
+static tpu_val_t tpu_qr_wy_inverse(tpu_builder_t* b, tpu_val_t Y, tpu_val_t tau) {
+  tpu_aval_t ta = *tpu_b_aval(b, tau);
+  tpu_val_t live = tpu_b_compare(b, "NE", tau, tpu_b_full(b, &ta, 0));
+  tpu_val_t S = tpu_mx_matmul(b, tpu_mx_mT(b, Y), Y);
+  tpu_aval_t sa = *tpu_b_aval(b, S);
+  tpu_val_t d = tpu_b_select(b, live, tpu_b_binary(b, "stablehlo.divide", tpu_b_full(b, &ta, 1), tau),
+                             tpu_b_full(b, &ta, 1));
+  /* only U's upper triangle is read by the solve: the diagonal replaces S's */
+  return tpu_b_select(b, tpu_mx_tri_pred(b, &sa, true), tpu_mx_bcast_vec(b, d, &sa, true), S);
+}
+
+/* The reflectors of a compact form V as unit lower trapezoidal columns Y
+ * (batch..., m, k), k = tau's last dim; a reflector with tau = 0 (dlarfg's
+ * untouched column) gets a zero column. */
+static tpu_val_t tpu_qr_reflectors(tpu_builder_t* b, tpu_val_t V, tpu_val_t tau) {
   tpu_aval_t ta = *tpu_b_aval(b, tau);
   int r = ta.rank + 1;
   int64_t k = ta.dims[ta.rank - 1];
@@ -110,24 +130,23 @@ static void tpu_qr_wy(tpu_builder_t* b, tpu_val_t V, tpu_val_t tau, tpu_val_t* o
   tpu_val_t live = tpu_b_compare(b, "NE", tau, tpu_b_full(b, &ta, 0));
   tpu_val_t Y = tpu_b_select(b, tpu_b_compare(b, "GT", row, col), Vk,
                              tpu_b_select(b, tpu_b_compare(b, "EQ", row, col), tpu_b_full(b, &ya, 1), zeros));
-  *out_y = Y = tpu_b_select(b, tpu_mx_bcast_vec(b, live, &ya, true), Y, zeros);
-  tpu_val_t S = tpu_mx_matmul(b, tpu_mx_mT(b, Y), Y);
-  tpu_aval_t sa = *tpu_b_aval(b, S);
-  tpu_val_t d = tpu_b_select(b, live, tpu_b_binary(b, "stablehlo.divide", tpu_b_full(b, &ta, 1), tau),
-                             tpu_b_full(b, &ta, 1));
-  /* only U's upper triangle is read by the solve: the diagonal replaces S's */
-  *out_u = tpu_b_select(b, tpu_mx_tri_pred(b, &sa, true), tpu_mx_bcast_vec(b, d, &sa, true), S);
+  return tpu_b_select(b, tpu_mx_bcast_vec(b, live, &ya, true), Y, zeros);
+}
+
+tpu_val_t tpu_qr_apply_reflectors(tpu_builder_t* b, tpu_val_t X, tpu_val_t Y, tpu_val_t tau, bool forward) {
+  tpu_aval_t ta = *tpu_b_aval(b, tau), xa = *tpu_b_aval(b, X);
+  if (ta.dims[ta.rank - 1] == 0 || tpu_aval_numel(&xa) == 0) return X;
+  tpu_val_t U = tpu_qr_wy_inverse(b, Y, tau);
+  tpu_val_t Z = tpu_mx_trisolve(b, U, tpu_mx_matmul(b, tpu_mx_mT(b, Y), X), true, false, false, forward);
+  return tpu_b_binary(b, "stablehlo.subtract", X, tpu_mx_matmul(b, Y, Z));
 }
 
 /* Q^T X (forward: H_0 applied first) or Q X (H_{k-1} first) for the k = tau's
- * last dim reflectors of V: X - Y op(T) (Y^T X), op(T) = T^T or T through U. */
+ * last dim reflectors of the compact form V. */
 static tpu_val_t tpu_qr_apply(tpu_builder_t* b, tpu_val_t X, tpu_val_t V, tpu_val_t tau, bool forward) {
   tpu_aval_t ta = *tpu_b_aval(b, tau), xa = *tpu_b_aval(b, X);
   if (ta.dims[ta.rank - 1] == 0 || tpu_aval_numel(&xa) == 0) return X;
-  tpu_val_t Y, U;
-  tpu_qr_wy(b, V, tau, &Y, &U);
-  tpu_val_t Z = tpu_mx_trisolve(b, U, tpu_mx_matmul(b, tpu_mx_mT(b, Y), X), true, false, false, forward);
-  return tpu_b_binary(b, "stablehlo.subtract", X, tpu_mx_matmul(b, Y, Z));
+  return tpu_qr_apply_reflectors(b, X, tpu_qr_reflectors(b, V, tau), tau, forward);
 }
 
 /* x with its block at rows r0.., columns c0.. replaced by blk. */
