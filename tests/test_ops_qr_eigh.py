@@ -14,7 +14,7 @@ inputs have no unique Q: there Q @ R == A, Q^T Q == I and R upper triangular.
 Eigenvectors are unique only up to sign (and rotation within repeated
 eigenvalues), so eigh is checked through eigenvalues (vs CPU, ascending),
 V diag(w) V^T == A, V^T V == I and, for distinct eigenvalues, |V^T V_cpu| == I.
-The Jacobi iteration stops at off(A) <= eps * ||A||_F (from 32 rows, after the
+The Jacobi iteration stops at off(A) <= eps * ||A||_F (from 16 rows, after the
 tridiagonal stage, at 4 sqrt(n) eps ||A||_F), so eigenvalues carry errors of a
 few eps * ||A|| (CPU's tridiagonal QR has the same order): EIG_SCALE = 8
 relative to ||A||_2 covers both sides. Eigenvector comparisons use float64
@@ -247,12 +247,13 @@ def _spectrum_batch(n, dtype):
     return ((a + a.mT) / 2).to(dtype)
 
 
-# From 32 rows eigh starts from Householder tridiagonalisation, bisection and
+# From 16 rows eigh starts from Householder tridiagonalisation, bisection and
 # inverse iteration (tridiag.c) and finishes with Jacobi sweeps. These shapes
-# cover that path: an odd size (Jacobi's padding of V0), two loop panels of the
-# reduction (n > 66) and bisection's padding rows (n not a multiple of 32).
+# cover that path: the smallest size, an odd one (Jacobi's padding of V0), two
+# loop panels of the reduction (n > 66) and bisection's padding rows (n not a
+# multiple of 32).
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("n", [33, 70])
+@pytest.mark.parametrize("n", [16, 33, 70])
 def test_eigh_tridiagonal_path(dtype, n):
     a = _rand((3, n, n), dtype)
     s = a.tril() + a.tril(-1).mT
