@@ -265,6 +265,14 @@ def test_eigh_tridiagonal_path(dtype, n):
         torch.testing.assert_close(proj, torch.eye(n, dtype=dtype).expand_as(proj), rtol=0, atol=1e-8)
 
 
+def test_eigh_tridiagonal_path_wide_panels():
+    # past 8 panels of 64 rows the panels widen (their count is compile time)
+    a = _sym((530, 530), torch.float32)
+    w, v = torch.linalg.eigh(a.to("tpu"))
+    _eig_check(a, w, v, torch.linalg.eigvalsh(a))
+    _reconstruction_within_10x_cpu(a, w, v)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_eigh_tridiagonal_path_hard_spectra(dtype):
     # repeated, low-rank, graded and clustered spectra in one batch with a random

@@ -103,6 +103,9 @@ static void tpu_td_reduce_step(tpu_builder_t* b, void* ctx, tpu_val_t k, const t
  * panel is a loop of its own to compile (64 x 128 x 128: 64 ran as fast as 32
  * and compiled 0.25 s sooner). */
 #define TPU_TD_PANEL 64
+/* At most this many panels (wider ones past 8 * 64 rows): each is a loop of its
+ * own in the program, so their count is compile time. */
+#define TPU_TD_MAX_PANELS 8
 
 /* x (batch..., k) and y (batch..., l) joined along the last dim; x may be TPU_NOVAL. */
 static tpu_val_t tpu_td_join(tpu_builder_t* b, tpu_val_t x, tpu_val_t y, int dim) {
@@ -117,9 +120,11 @@ static void tpu_td_reduce(tpu_builder_t* b, tpu_val_t A, tpu_val_t* d, tpu_val_t
   tpu_aval_t m = *tpu_b_aval(b, A);
   int r = m.rank;
   int64_t n = m.dims[r - 1], p0 = 0;
+  int64_t pw = (n - 2 + TPU_TD_MAX_PANELS - 1) / TPU_TD_MAX_PANELS;
+  if (pw < TPU_TD_PANEL) pw = TPU_TD_PANEL;
   tpu_val_t S = A, dd = TPU_NOVAL, ee = TPU_NOVAL, yy = TPU_NOVAL, tt = TPU_NOVAL;
   while (n - p0 > 2 && tpu_b_ok(b)) {
-    int64_t k = n - p0, w = k - 2 < TPU_TD_PANEL ? k - 2 : TPU_TD_PANEL;
+    int64_t k = n - p0, w = k - 2 < pw ? k - 2 : pw;
     tpu_aval_t sa = *tpu_b_aval(b, S), ya = sa, ta = tpu_mx_drop(&sa, 1);
     ya.dims[r - 2] = w;
     ta.dims[r - 2] = w;
