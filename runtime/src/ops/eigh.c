@@ -192,22 +192,6 @@ static tpu_val_t tpu_eigh_scaled(tpu_builder_t* b, tpu_val_t A, tpu_val_t* scale
   return tpu_b_binary(b, "stablehlo.divide", A, tpu_mx_bcast_batch(b, *scale, &m));
 }
 
-/* x (batch..., n, n) padded to (n + 1) x (n + 1) with zeros, or with the new
- * corner 1 (an identity's padding). */
-static tpu_val_t tpu_eigh_pad1(tpu_builder_t* b, tpu_val_t x, bool corner_one) {
-  tpu_aval_t m = *tpu_b_aval(b, x);
-  int r = m.rank;
-  int64_t lo[TPU_MAX_RANK] = {0}, hi[TPU_MAX_RANK] = {0};
-  hi[r - 2] = hi[r - 1] = 1;
-  x = tpu_b_pad(b, x, tpu_b_const(b, m.dtype, 0), lo, hi, NULL);
-  if (!corner_one) return x;
-  tpu_aval_t p = *tpu_b_aval(b, x), ip = tpu_mx_retype(&p, TPU_I32);
-  tpu_val_t last = tpu_b_full(b, &ip, (double)m.dims[r - 1]);
-  tpu_val_t corner = tpu_b_binary(b, "stablehlo.and", tpu_b_compare(b, "EQ", tpu_b_iota(b, &ip, r - 2), last),
-                                  tpu_b_compare(b, "EQ", tpu_b_iota(b, &ip, r - 1), last));
-  return tpu_b_select(b, corner, tpu_b_full(b, &p, 1), x);
-}
-
 /* Eigenvalues ascending (*w) and, if vectors, eigenvectors (*V, columns) of the
  * symmetric A (batch..., n, n), n >= 1. From TPU_EIGH_TRIDIAG_MIN rows the
  * Jacobi sweeps start from V0^T A V0, V0 from tridiag.c: nearly diagonal, so
@@ -229,8 +213,8 @@ static void tpu_eigh_jacobi(tpu_builder_t* b, tpu_val_t A, bool vectors, tpu_val
                      tpu_b_full(b, &m, 0.5));
   }
   if (N != n) { /* a zero row and column: a decoupled eigenpair (0, e_n) that no rotation touches */
-    M = tpu_eigh_pad1(b, M, false);
-    if (VT != TPU_NOVAL) VT = tpu_eigh_pad1(b, VT, true);
+    M = tpu_mx_pad1(b, M, false);
+    if (VT != TPU_NOVAL) VT = tpu_mx_pad1(b, VT, true);
   }
   tpu_aval_t big = *tpu_b_aval(b, M);
   /* From scratch, sweeps run to off(M) <= eps ||A||_F. After tridiag.c, to

@@ -139,6 +139,20 @@ tpu_val_t tpu_mx_diag(tpu_builder_t* b, tpu_val_t x) {
   return tpu_mx_pick(b, eye, x, r - 1);
 }
 
+tpu_val_t tpu_mx_pad1(tpu_builder_t* b, tpu_val_t x, bool corner_one) {
+  tpu_aval_t m = *tpu_b_aval(b, x);
+  int r = m.rank;
+  int64_t lo[TPU_MAX_RANK] = {0}, hi[TPU_MAX_RANK] = {0};
+  hi[r - 2] = hi[r - 1] = 1;
+  x = tpu_b_pad(b, x, tpu_b_const(b, m.dtype, 0), lo, hi, NULL);
+  if (!corner_one) return x;
+  tpu_aval_t p = *tpu_b_aval(b, x), ip = tpu_mx_retype(&p, TPU_I32);
+  tpu_val_t last = tpu_b_full(b, &ip, (double)m.dims[r - 1]);
+  tpu_val_t corner = tpu_b_binary(b, "stablehlo.and", tpu_b_compare(b, "EQ", tpu_b_iota(b, &ip, r - 2), last),
+                                  tpu_b_compare(b, "EQ", tpu_b_iota(b, &ip, r - 1), last));
+  return tpu_b_select(b, corner, tpu_b_full(b, &p, 1), x);
+}
+
 tpu_val_t tpu_mx_eye(tpu_builder_t* b, const tpu_aval_t* m) {
   tpu_aval_t im = tpu_mx_retype(m, TPU_I32);
   tpu_val_t on = tpu_b_compare(b, "EQ", tpu_b_iota(b, &im, m->rank - 2), tpu_b_iota(b, &im, m->rank - 1));

@@ -46,6 +46,9 @@ tpu_val_t tpu_mx_pick(tpu_builder_t* b, tpu_val_t mask, tpu_val_t x, int dim);
 tpu_val_t tpu_mx_swap(tpu_builder_t* b, tpu_val_t x, int dim, tpu_val_t i, tpu_val_t j);
 /* The diagonal (batch..., min(m, n)) of matrices x. */
 tpu_val_t tpu_mx_diag(tpu_builder_t* b, tpu_val_t x);
+/* x (batch..., n, n) padded to (n + 1) x (n + 1): zeros, and 1 in the new corner
+ * when corner_one (an orthogonal matrix stays orthogonal). */
+tpu_val_t tpu_mx_pad1(tpu_builder_t* b, tpu_val_t x, bool corner_one);
 /* Identity matrices of shape m (batch..., n, n), dtype m->dtype. */
 tpu_val_t tpu_mx_eye(tpu_builder_t* b, const tpu_aval_t* m);
 /* x @ y over the last two dims, batch dims equal; result in x's dtype. */

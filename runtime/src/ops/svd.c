@@ -155,7 +155,7 @@ static tpu_val_t tpu_svd_unconverged(tpu_builder_t* b, void* ctx, tpu_val_t k, c
 
 /* From this many columns Jacobi starts from A V0, V0 the eigenvectors of A^T A
  * from tridiag.c: its columns are then nearly orthogonal, and the sweeps drop
- * from about 10 to 2 or 3 (the last one only confirms). The product A V0
+ * from about 10 to 3 or 4 (the last one only confirms). The product A V0
  * perturbs each column by eps ||A||, so small singular values keep an absolute
  * accuracy of eps ||A|| (as LAPACK's gesdd) rather than Jacobi's relative one. */
 #define TPU_SVD_PRECOND_MIN 32
@@ -166,22 +166,6 @@ static void tpu_svd_precondition(tpu_builder_t* b, tpu_val_t A, tpu_val_t* X, tp
   tpu_val_t V0 = tpu_tridiag_eigvecs(b, G); /* |G| <= m: A is scaled to max |A| <= 1 */
   *V0T = tpu_mx_mT(b, V0);
   *X = tpu_mx_matmul(b, *V0T, tpu_mx_mT(b, A));
-}
-
-/* V0^T (batch..., n, n) as the V part of Jacobi's rows: padded to n2 x n2 with
- * the padding column's own unit vector. */
-static tpu_val_t tpu_svd_pad_v(tpu_builder_t* b, tpu_val_t V0T, int64_t n2) {
-  tpu_aval_t a = *tpu_b_aval(b, V0T);
-  int r = a.rank;
-  if (a.dims[r - 1] == n2) return V0T;
-  int64_t lo[TPU_MAX_RANK] = {0}, hi[TPU_MAX_RANK] = {0};
-  hi[r - 2] = hi[r - 1] = 1;
-  tpu_val_t P = tpu_b_pad(b, V0T, tpu_b_const(b, a.dtype, 0), lo, hi, NULL);
-  tpu_aval_t pa = *tpu_b_aval(b, P), ip = tpu_mx_retype(&pa, TPU_I32);
-  tpu_val_t last = tpu_b_full(b, &ip, (double)(n2 - 1));
-  tpu_val_t corner = tpu_b_binary(b, "stablehlo.and", tpu_b_compare(b, "EQ", tpu_b_iota(b, &ip, r - 2), last),
-                                  tpu_b_compare(b, "EQ", tpu_b_iota(b, &ip, r - 1), last));
-  return tpu_b_select(b, corner, tpu_b_full(b, &pa, 1), P);
 }
 
 /* Jacobi on A (batch..., m, n), m >= n >= 1: rows W (batch..., n2, m) with
@@ -203,7 +187,9 @@ static void tpu_svd_jacobi(tpu_builder_t* b, tpu_val_t A, bool with_v, tpu_val_t
   if (with_v) {
     tpu_aval_t va = a;
     va.dims[r - 2] = va.dims[r - 1] = n2;
-    tpu_val_t xv[2] = {X, V0T != TPU_NOVAL ? tpu_svd_pad_v(b, V0T, n2) : tpu_mx_eye(b, &va)};
+    /* V0^T, or I; with the padding column's own unit vector */
+    tpu_val_t V = V0T == TPU_NOVAL ? tpu_mx_eye(b, &va) : n2 != n ? tpu_mx_pad1(b, V0T, true) : V0T;
+    tpu_val_t xv[2] = {X, V};
     X = tpu_b_concat(b, 2, xv, r - 1);
   }
   tpu_svd_ctx_t cx = {sqrt((double)m) * tpu_svd_eps(a.dtype), m};

@@ -5,8 +5,9 @@
  *
  * 1. Householder tridiagonalisation, LAPACK dsytd2's algorithm: A = Q T Q^T.
  *    Step k reflects rows and columns > k (p = tau A v, w = p - tau/2 (p.v) v,
- *    A -= v w^T + w v^T) with the full matrix and masks, so shapes stay
- *    static. The reflectors are kept as rows (a contiguous update per step).
+ *    A -= v w^T + w v^T) of the trailing block its panel starts at, with masks
+ *    inside the panel, so shapes stay static. The reflectors are kept as rows
+ *    (a contiguous update per step).
  * 2. The eigenvalues of T by bisection on Sturm counts, LAPACK dstebz/dlaebz's
  *    recurrence and pivmin guard: one lane per eigenvalue index j, all halving
  *    at once from the Gershgorin interval, a fixed number of times (mantissa
@@ -15,7 +16,8 @@
  *    solved by tridiagonal LU, two iterations from a pseudo-random start per
  *    lane, a pivot smaller than eps ||T|| replaced by that size (dlagtf's
  *    perturbation). A lane that overflows starts again from its start vector.
- * 4. Householder QR orthonormalises those vectors in eigenvalue order. dstein
+ * 4. Orthonormalisation: one Newton-Schulz step where the vectors are already
+ *    nearly orthogonal; otherwise Householder QR in eigenvalue order. dstein
  *    runs Gram-Schmidt within clusters of close eigenvalues; QR does it for
  *    all, so V0 is orthogonal even where inverse iteration met a repeated
  *    eigenvalue (the columns it could not separate are completed orthogonally,
@@ -23,10 +25,10 @@
  * 5. V0 = Q Z, Q applied in compact WY form (qr.c).
  *
  * The sequential recurrences of 2 and 3 (one step per row of T) run over all
- * lanes at once, TPU_TD_UNROLL steps per iteration of a stablehlo.while: a
- * chain of elementwise ops that XLA fuses, rather than one loop iteration per
- * row. T is padded to a multiple of that with decoupled diagonal entries above
- * every eigenvalue, which no recurrence counts or solves into. */
+ * lanes at once, several rows per iteration of a stablehlo.while (a chain of
+ * elementwise ops that XLA fuses) rather than one loop iteration per row. T is
+ * padded to a multiple of TPU_TD_UNROLL rows with decoupled diagonal entries
+ * above every eigenvalue, which no recurrence counts or solves into. */
 #include "tridiag.h"
 
 #include <float.h>
@@ -58,8 +60,9 @@ static tpu_val_t tpu_td_put(tpu_builder_t* b, tpu_val_t x, tpu_val_t k, tpu_val_
 
 /* -------------------------------------------------------- tridiagonalisation */
 
-/* Carry: A (batch..., n, n), Yr (batch..., n - 2, n) reflectors as rows, tau
- * (batch..., n - 2), e (batch..., n - 1) the off-diagonal of T so far. */
+/* One column of a panel. Carry: A (batch..., k, k) the trailing block, Yr
+ * (batch..., w, k) the panel's reflectors as rows, tau and e (batch..., w): the
+ * panel's taus and off-diagonal entries of T. */
 static void tpu_td_reduce_step(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_val_t* in, tpu_val_t* out) {
   (void)ctx;
   tpu_val_t A = in[0];
@@ -103,8 +106,7 @@ static void tpu_td_reduce_step(tpu_builder_t* b, void* ctx, tpu_val_t k, const t
  * panel is a loop of its own to compile (64 x 128 x 128: 64 ran as fast as 32
  * and compiled 0.25 s sooner). */
 #define TPU_TD_PANEL 64
-/* At most this many panels (wider ones past 8 * 64 rows): each is a loop of its
- * own in the program, so their count is compile time. */
+/* At most this many panels (wider ones past 8 * 64 rows), for the same reason. */
 #define TPU_TD_MAX_PANELS 8
 
 /* x (batch..., k) and y (batch..., l) joined along the last dim; x may be TPU_NOVAL. */
