@@ -333,6 +333,28 @@ def test_eigh_errors():
             pytest.fail("CPU did not raise")
 
 
+@pytest.mark.parametrize("n", [5, 20])
+def test_eigh_non_finite(n):
+    # LAPACK refuses a NaN or inf in the triangle it reads (CPU: LinAlgError, a
+    # RuntimeError; tpu: the device-side check, raised at the next sync); the
+    # other triangle is never read, on either side
+    a = _sym((2, n, n), torch.float32)
+    bad = a.clone()
+    bad[1, 3, 1] = float("nan")  # lower triangle: read with UPLO="L"
+    with pytest.raises(RuntimeError):
+        torch.linalg.eigh(bad)
+    msg = "linalg.eigh: The algorithm failed to converge because the input matrix contained non-finite values"
+    with pytest.raises(RuntimeError, match=msg):
+        torch.linalg.eigh(bad.to("tpu"))[0].cpu()
+    with pytest.raises(RuntimeError, match=msg):  # the NaN in the upper triangle, read with UPLO="U"
+        torch.linalg.eigvalsh(bad.mT.contiguous().to("tpu"), UPLO="U").cpu()
+    # the error was reported once, not left pending; the unread triangle is ignored
+    w, v = torch.linalg.eigh(bad.to("tpu"), UPLO="U")
+    w_ref = torch.linalg.eigvalsh(bad, UPLO="U")
+    s = bad.triu() + bad.triu(1).mT
+    _eig_check(s, w, v, w_ref)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(4, 4), (2, 5, 5), (36, 36)])
 def test_eigh_backward(dtype, shape):

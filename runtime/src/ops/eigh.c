@@ -286,6 +286,7 @@ static tpu_status_t* tpu_lower__linalg_eigh(tpu_builder_t* b, tpu_op_t* op, int 
   /* Only the UPLO triangle is read: the other one mirrors it. */
   tpu_val_t A = tpu_op_tensor(b, op, 0);
   tpu_val_t S = tpu_b_select(b, tpu_mx_tri_pred(b, &a, uplo[0] == 'L'), A, tpu_mx_mT(b, A));
+  tpu_mx_check_finite(b, op, S, "linalg.eigh");
   tpu_eigh_jacobi(b, S, vectors, &outs[0], &outs[1]);
   return NULL;
 }

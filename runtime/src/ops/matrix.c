@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "check.h"
+
 /* The i32 loop counter's aval. */
 static tpu_aval_t tpu_mx_counter_aval(void) { return tpu_aval_make(TPU_I32, 0, NULL); }
 
@@ -137,6 +139,16 @@ tpu_val_t tpu_mx_diag(tpu_builder_t* b, tpu_val_t x) {
   tpu_aval_t im = tpu_mx_retype(&m, TPU_I32);
   tpu_val_t eye = tpu_b_compare(b, "EQ", tpu_b_iota(b, &im, r - 2), tpu_b_iota(b, &im, r - 1));
   return tpu_mx_pick(b, eye, x, r - 1);
+}
+
+void tpu_mx_check_finite(tpu_builder_t* b, tpu_op_t* op, tpu_val_t A, const char* api) {
+  tpu_val_t fin = tpu_b_convert(b, tpu_b_unary(b, "stablehlo.is_finite", A), TPU_I32);
+  int64_t d[TPU_MAX_RANK];
+  int r = tpu_b_rank(b, A);
+  for (int i = 0; i < r; i++) d[i] = i;
+  tpu_val_t all = tpu_b_reduce(b, fin, tpu_b_const_i(b, TPU_I32, 1), r, d, "stablehlo.minimum");
+  tpu_op_check(b, op, tpu_b_compare(b, "EQ", all, tpu_b_const_i(b, TPU_I32, 0)), TPU_NOVAL, TPU_INVALID_ARGUMENT,
+               "%s: The algorithm failed to converge because the input matrix contained non-finite values.", api);
 }
 
 tpu_val_t tpu_mx_pad1(tpu_builder_t* b, tpu_val_t x, bool corner_one) {

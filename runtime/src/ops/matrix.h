@@ -67,6 +67,11 @@ tpu_val_t tpu_mx_any(tpu_builder_t* b, tpu_val_t m);
  * dims, square when `square`. Records the failure and returns false otherwise. */
 bool tpu_mx_check_input(tpu_builder_t* b, const tpu_aval_t* a, const char* api, const char* half_kernel,
                         bool square);
+/* LAPACK refuses non-finite input, and so does ATen: a device-side check of op
+ * that fails the next sync with "<api>: The algorithm failed to converge
+ * because the input matrix contained non-finite values." when A has a NaN or
+ * an infinity. */
+void tpu_mx_check_finite(tpu_builder_t* b, tpu_op_t* op, tpu_val_t A, const char* api);
 /* The sum of x over dim `dim` (that dim dropped). */
 tpu_val_t tpu_mx_sum(tpu_builder_t* b, tpu_val_t x, int dim);
 /* stablehlo.triangular_solve: op(a) x = rhs (left) or x op(a) = rhs (right),

@@ -35,7 +35,6 @@
 #include <float.h>
 #include <math.h>
 
-#include "check.h"
 #include "index.h"
 #include "nn.h"
 #include "qr.h"
@@ -368,17 +367,6 @@ static void tpu_svd_empty(tpu_builder_t* b, const tpu_aval_t* a, bool full, tpu_
   f->Vh = full ? tpu_mx_eye(b, &va) : tpu_b_full(b, &va, 0);
 }
 
-/* LAPACK refuses non-finite input; so does ATen (a device-side check here). */
-static void tpu_svd_check_finite(tpu_builder_t* b, tpu_op_t* op, tpu_val_t A) {
-  tpu_val_t fin = tpu_b_convert(b, tpu_b_unary(b, "stablehlo.is_finite", A), TPU_I32);
-  int64_t d[TPU_MAX_RANK];
-  int r = tpu_b_rank(b, A);
-  for (int i = 0; i < r; i++) d[i] = i;
-  tpu_val_t all = tpu_b_reduce(b, fin, tpu_b_const_i(b, TPU_I32, 1), r, d, "stablehlo.minimum");
-  tpu_op_check(b, op, tpu_b_compare(b, "EQ", all, tpu_b_const_i(b, TPU_I32, 0)), TPU_NOVAL, TPU_INVALID_ARGUMENT,
-               "linalg.svd: The algorithm failed to converge because the input matrix contained non-finite values.");
-}
-
 tpu_svd_t tpu_svd_factor(tpu_builder_t* b, tpu_op_t* op, tpu_val_t A, bool uv, bool full) {
   tpu_aval_t a = *tpu_b_aval(b, A);
   int64_t m = a.dims[a.rank - 2], n = a.dims[a.rank - 1];
@@ -387,7 +375,7 @@ tpu_svd_t tpu_svd_factor(tpu_builder_t* b, tpu_op_t* op, tpu_val_t A, bool uv, b
     tpu_svd_empty(b, &a, full, &f);
     return f;
   }
-  tpu_svd_check_finite(b, op, A);
+  tpu_mx_check_finite(b, op, A, "linalg.svd");
   if (m >= n) return tpu_svd_tall(b, A, uv, full);
   /* A^T = U' S Vh'  =>  A = Vh'^T S U'^T */
   tpu_svd_t t = tpu_svd_tall(b, tpu_mx_mT(b, A), uv, full);
