@@ -223,7 +223,7 @@ static void tpu_eigh_jacobi(tpu_builder_t* b, tpu_val_t A, bool vectors, tpu_val
    * measured on random 32..128-row matrices), and a sweep would only polish
    * rounding; where it left more (repeated, clustered or graded spectra),
    * sweeps run as from scratch. */
-  double eps = m.dtype == TPU_F32 ? FLT_EPSILON : DBL_EPSILON;
+  double eps = tpu_mx_eps(m.dtype);
   double tol = VT != TPU_NOVAL ? 4.0 * sqrt((double)n) * eps : eps;
   tpu_val_t thr2 = tpu_b_binary(b, "stablehlo.multiply", fro2, tpu_b_full(b, tpu_b_aval(b, fro2), tol * tol));
   tpu_val_t init[4], res[4];

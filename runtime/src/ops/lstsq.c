@@ -82,7 +82,7 @@ tpu_status_t* tpu_lower_linalg_lstsq(tpu_builder_t* b, tpu_op_t* op, int max_out
   if (!tpu_ls_check(b, &a, &ba, &vec) || !tpu_ls_driver(b, op, 3, &driver)) return NULL;
   int r = a.rank;
   int64_t m = a.dims[r - 2], n = a.dims[r - 1], k = vec ? 1 : ba.dims[r - 1], zero = 0;
-  double eps = a.dtype == TPU_F64 ? DBL_EPSILON : FLT_EPSILON;
+  double eps = tpu_mx_eps(a.dtype);
   double rcond = tpu_op_kind(op, 2) == TPU_ARG_FLOAT ? tpu_op_float(op, 2, -1) : -1;
   if (rcond < 0) rcond = eps * (double)(m > n ? m : n);
   tpu_val_t A = tpu_op_tensor(b, op, 0), B = tpu_op_tensor(b, op, 1);

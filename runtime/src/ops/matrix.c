@@ -1,6 +1,7 @@
 /* Batched-matrix building blocks (see matrix.h). */
 #include "matrix.h"
 
+#include <float.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -139,6 +140,15 @@ tpu_val_t tpu_mx_diag(tpu_builder_t* b, tpu_val_t x) {
   tpu_aval_t im = tpu_mx_retype(&m, TPU_I32);
   tpu_val_t eye = tpu_b_compare(b, "EQ", tpu_b_iota(b, &im, r - 2), tpu_b_iota(b, &im, r - 1));
   return tpu_mx_pick(b, eye, x, r - 1);
+}
+
+double tpu_mx_eps(tpu_dtype_t t) { return t == TPU_F64 ? DBL_EPSILON : FLT_EPSILON; }
+
+tpu_val_t tpu_mx_put(tpu_builder_t* b, tpu_val_t x, tpu_val_t k, tpu_val_t v) {
+  tpu_aval_t a = *tpu_b_aval(b, x), ia = tpu_mx_retype(&a, TPU_I32);
+  tpu_val_t at = tpu_b_compare(b, "EQ", tpu_b_iota(b, &ia, a.rank - 1),
+                               tpu_b_broadcast_in_dim(b, k, ia.rank, ia.dims, NULL));
+  return tpu_b_select(b, at, tpu_mx_bcast_batch(b, v, &a), x);
 }
 
 void tpu_mx_check_finite(tpu_builder_t* b, tpu_op_t* op, tpu_val_t A, const char* api) {

@@ -72,6 +72,10 @@ bool tpu_mx_check_input(tpu_builder_t* b, const tpu_aval_t* a, const char* api, 
  * because the input matrix contained non-finite values." when A has a NaN or
  * an infinity. */
 void tpu_mx_check_finite(tpu_builder_t* b, tpu_op_t* op, tpu_val_t A, const char* api);
+/* The unit roundoff eps of a linalg dtype (f32 or f64). */
+double tpu_mx_eps(tpu_dtype_t t);
+/* x (batch..., n) with its entry k (0-d i32) set to v (batch...). */
+tpu_val_t tpu_mx_put(tpu_builder_t* b, tpu_val_t x, tpu_val_t k, tpu_val_t v);
 /* The sum of x over dim `dim` (that dim dropped). */
 tpu_val_t tpu_mx_sum(tpu_builder_t* b, tpu_val_t x, int dim);
 /* stablehlo.triangular_solve: op(a) x = rhs (left) or x op(a) = rhs (right),

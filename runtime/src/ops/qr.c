@@ -80,10 +80,7 @@ static void tpu_qr_geqrf_step(tpu_builder_t* b, void* ctx, tpu_val_t j, const tp
   tpu_val_t ci = tpu_b_iota(b, &imat, r - 1), jm = tpu_b_broadcast_in_dim(b, j, m.rank, m.dims, NULL);
   tpu_val_t A1 = tpu_b_select(b, tpu_b_compare(b, "GT", ci, jm), tpu_qr_reflect(b, A, h.v, h.tau), A);
   out[0] = tpu_b_select(b, tpu_b_compare(b, "EQ", ci, jm), tpu_mx_bcast_vec(b, colj, &m, false), A1);
-  tpu_aval_t ta = *tpu_b_aval(b, in[1]), ita = tpu_mx_retype(&ta, TPU_I32);
-  tpu_val_t on_j = tpu_b_compare(b, "EQ", tpu_b_iota(b, &ita, ta.rank - 1),
-                                 tpu_b_broadcast_in_dim(b, j, ita.rank, ita.dims, NULL));
-  out[1] = tpu_b_select(b, on_j, tpu_mx_bcast_batch(b, h.tau, &ta), in[1]);
+  out[1] = tpu_mx_put(b, in[1], j, h.tau);
 }
 
 /* geqr2 (unblocked) of A (batch..., m, n): the compact matrix and tau (batch..., min(m, n)). */

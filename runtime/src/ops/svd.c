@@ -50,8 +50,6 @@ static tpu_val_t sv_max_all(tpu_builder_t* b, tpu_val_t x) {
   return tpu_b_reduce(b, x, tpu_b_const(b, tpu_b_dtype(b, x), -INFINITY), r, d, "stablehlo.maximum");
 }
 
-static double tpu_svd_eps(tpu_dtype_t t) { return t == TPU_F64 ? DBL_EPSILON : FLT_EPSILON; }
-
 typedef struct tpu_svd_ctx {
   double tol; /* rotate pairs with |cos| above this */
   int64_t m;  /* rows hold a column of A in [0, m), then (if accumulated) V's */
@@ -191,7 +189,7 @@ static void tpu_svd_jacobi(tpu_builder_t* b, tpu_val_t A, bool with_v, tpu_val_t
     tpu_val_t xv[2] = {X, V};
     X = tpu_b_concat(b, 2, xv, r - 1);
   }
-  tpu_svd_ctx_t cx = {sqrt((double)m) * tpu_svd_eps(a.dtype), m};
+  tpu_svd_ctx_t cx = {sqrt((double)m) * tpu_mx_eps(a.dtype), m};
   tpu_val_t init[3] = {tpu_mx_slice(b, X, r - 2, 0, h), tpu_mx_slice(b, X, r - 2, h, n2), tpu_b_const(b, a.dtype, 1)};
   tpu_val_t res[3];
   tpu_mx_while(b, TPU_SVD_MAX_SWEEPS, 3, init, tpu_svd_unconverged, tpu_svd_sweep, &cx, res, NULL);
@@ -333,7 +331,7 @@ static tpu_svd_t tpu_svd_tall(tpu_builder_t* b, tpu_val_t A, bool with_uv, bool 
   tpu_val_t Ws = tpu_mx_slice(b, tpu_svd_permute_rows(b, idx, W), r - 2, 0, n);
   /* rows with S <= eps^2 S_max (exact zeros: rank deficiency) are rebuilt */
   tpu_val_t smax = tpu_mx_take(b, S1, r - 2, tpu_b_const_i(b, TPU_I32, 0));
-  double e2 = tpu_svd_eps(a.dtype) * tpu_svd_eps(a.dtype);
+  double e2 = tpu_mx_eps(a.dtype) * tpu_mx_eps(a.dtype);
   tpu_val_t bad = tpu_b_compare(b, "LE", S1, tpu_nn_mul(b, tpu_mx_bcast_batch(b, smax, &va), tpu_b_full(b, &va, e2)));
   tpu_val_t den = tpu_b_select(b, bad, tpu_b_full(b, &va, 1), S1);
   tpu_aval_t wa = *tpu_b_aval(b, Ws), pa = tpu_mx_retype(&wa, TPU_BOOL);

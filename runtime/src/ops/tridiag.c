@@ -34,29 +34,13 @@
 #include <float.h>
 #include <math.h>
 
+#include "nn.h"
 #include "qr.h"
 
 /* Rows of T per loop iteration of a recurrence. */
 #define TPU_TD_UNROLL 32
 
-static double tpu_td_eps(tpu_dtype_t t) { return t == TPU_F64 ? DBL_EPSILON : FLT_EPSILON; }
 static double tpu_td_safmin(tpu_dtype_t t) { return t == TPU_F64 ? DBL_MIN : FLT_MIN; }
-
-static tpu_val_t tpu_td_bin(tpu_builder_t* b, const char* op, tpu_val_t x, tpu_val_t y) {
-  return tpu_b_binary(b, op, x, y);
-}
-#define TD_ADD(x, y) tpu_td_bin(b, "stablehlo.add", x, y)
-#define TD_SUB(x, y) tpu_td_bin(b, "stablehlo.subtract", x, y)
-#define TD_MUL(x, y) tpu_td_bin(b, "stablehlo.multiply", x, y)
-#define TD_DIV(x, y) tpu_td_bin(b, "stablehlo.divide", x, y)
-
-/* x (batch..., n) with its entry k (0-d i32) set to v (batch...). */
-static tpu_val_t tpu_td_put(tpu_builder_t* b, tpu_val_t x, tpu_val_t k, tpu_val_t v) {
-  tpu_aval_t a = *tpu_b_aval(b, x), ia = tpu_mx_retype(&a, TPU_I32);
-  tpu_val_t at = tpu_b_compare(b, "EQ", tpu_b_iota(b, &ia, a.rank - 1),
-                               tpu_b_broadcast_in_dim(b, k, ia.rank, ia.dims, NULL));
-  return tpu_b_select(b, at, tpu_mx_bcast_batch(b, v, &a), x);
-}
 
 /* -------------------------------------------------------- tridiagonalisation */
 
@@ -68,9 +52,9 @@ static void tpu_td_reduce_step(tpu_builder_t* b, void* ctx, tpu_val_t k, const t
   tpu_val_t A = in[0];
   tpu_aval_t m = *tpu_b_aval(b, A);
   int r = m.rank;
-  tpu_aval_t vec = tpu_mx_drop(&m, 1), ivec = tpu_mx_retype(&vec, TPU_I32), bat = tpu_mx_drop(&m, 2);
+  tpu_aval_t vec = tpu_mx_drop(&m, 1), ivec = tpu_mx_retype(&vec, TPU_I32);
   tpu_val_t idx = tpu_b_iota(b, &ivec, r - 2), kv = tpu_b_broadcast_in_dim(b, k, ivec.rank, ivec.dims, NULL);
-  tpu_val_t k1 = TD_ADD(kv, tpu_b_full(b, &ivec, 1));
+  tpu_val_t k1 = tpu_nn_add(b, kv, tpu_b_full(b, &ivec, 1));
   tpu_val_t below = tpu_b_compare(b, "GT", idx, k1), at = tpu_b_compare(b, "EQ", idx, k1);
   tpu_val_t x = tpu_mx_take(b, A, r - 2, k); /* row k = column k: A stays exactly symmetric */
   tpu_val_t zero = tpu_b_full(b, &vec, 0);
@@ -81,13 +65,13 @@ static void tpu_td_reduce_step(tpu_builder_t* b, void* ctx, tpu_val_t k, const t
   int64_t bd[TPU_MAX_RANK], ca = r - 1, cv = r - 2;
   for (int i = 0; i < r - 2; i++) bd[i] = i;
   tpu_val_t Av = tpu_b_dot_general(b, A, v, r - 2, bd, bd, 1, &ca, &cv, m.dtype);
-  tpu_val_t p = TD_MUL(tpu_mx_bcast_batch(b, tau, &vec), Av);
-  tpu_val_t half = TD_MUL(TD_MUL(tpu_b_full(b, &bat, 0.5), tau), tpu_mx_sum(b, TD_MUL(p, v), r - 2));
-  tpu_val_t w = TD_SUB(p, TD_MUL(tpu_mx_bcast_batch(b, half, &vec), v));
+  tpu_val_t p = tpu_nn_mul(b, tpu_mx_bcast_batch(b, tau, &vec), Av);
+  tpu_val_t half = tpu_nn_mul(b, tpu_nn_mulc(b, tau, 0.5), tpu_mx_sum(b, tpu_nn_mul(b, p, v), r - 2));
+  tpu_val_t w = tpu_nn_sub(b, p, tpu_nn_mul(b, tpu_mx_bcast_batch(b, half, &vec), v));
   w = tpu_b_select(b, tpu_b_compare(b, "GT", idx, kv), w, zero);
-  tpu_val_t vw = TD_MUL(tpu_mx_bcast_vec(b, v, &m, false), tpu_mx_bcast_vec(b, w, &m, true));
-  tpu_val_t wv = TD_MUL(tpu_mx_bcast_vec(b, w, &m, false), tpu_mx_bcast_vec(b, v, &m, true));
-  out[0] = TD_SUB(A, TD_ADD(vw, wv));
+  tpu_val_t vw = tpu_nn_mul(b, tpu_mx_bcast_vec(b, v, &m, false), tpu_mx_bcast_vec(b, w, &m, true));
+  tpu_val_t wv = tpu_nn_mul(b, tpu_mx_bcast_vec(b, w, &m, false), tpu_mx_bcast_vec(b, v, &m, true));
+  out[0] = tpu_nn_sub(b, A, tpu_nn_add(b, vw, wv));
   /* a reflector with tau = 0 is stored as a zero row (tpu_qr_apply_reflectors) */
   tpu_val_t vlive = tpu_b_select(b, tpu_mx_bcast_batch(b, h.live, &ivec), v, zero);
   int64_t rowd[TPU_MAX_RANK];
@@ -97,8 +81,8 @@ static void tpu_td_reduce_step(tpu_builder_t* b, void* ctx, tpu_val_t k, const t
     starts[i] = i == r - 2 ? k : tpu_b_const_i(b, TPU_I32, 0);
   }
   out[1] = tpu_b_dynamic_update_slice(b, in[1], tpu_b_reshape(b, vlive, r, rowd), starts);
-  out[2] = tpu_td_put(b, in[2], k, tau);
-  out[3] = tpu_td_put(b, in[3], k, h.beta);
+  out[2] = tpu_mx_put(b, in[2], k, tau);
+  out[3] = tpu_mx_put(b, in[3], k, h.beta);
 }
 
 /* Columns per panel of the reduction. A panel's steps run on the trailing
@@ -244,8 +228,8 @@ static void tpu_td_scan_body(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu
   int nv = s->ncarry + s->nout + s->nin;
   int64_t U = tpu_td_scan_unroll(s), nchunks = s->rows / U;
   for (int i = 0; i < nv; i++) out[i] = in[i];
-  tpu_val_t c = s->reverse ? TD_SUB(tpu_b_const_i(b, TPU_I32, nchunks - 1), k) : k;
-  tpu_td_chunk(b, s, TD_MUL(c, tpu_b_const_i(b, TPU_I32, U)), out);
+  tpu_val_t c = s->reverse ? tpu_nn_sub(b, tpu_b_const_i(b, TPU_I32, nchunks - 1), k) : k;
+  tpu_td_chunk(b, s, tpu_nn_mul(b, c, tpu_b_const_i(b, TPU_I32, U)), out);
 }
 
 /* Runs the scan: v = carries (in: initial, out: final), outputs (in: zeros of
@@ -279,11 +263,11 @@ static void tpu_td_sturm_step(tpu_builder_t* b, const void* ctx, const tpu_val_t
   (void)ctx;
   (void)out;
   tpu_aval_t a = *tpu_b_aval(b, c[0]);
-  tpu_val_t q = TD_SUB(TD_SUB(col[0], c[2]), TD_DIV(col[1], c[0]));
+  tpu_val_t q = tpu_nn_sub(b, tpu_nn_sub(b, col[0], c[2]), tpu_nn_div(b, col[1], c[0]));
   tpu_val_t small = tpu_b_compare(b, "LT", tpu_b_unary(b, "stablehlo.abs", q), c[3]);
   q = tpu_b_select(b, small, tpu_b_unary(b, "stablehlo.negate", c[3]), q);
   tpu_val_t neg = tpu_b_compare(b, "LE", q, tpu_b_full(b, &a, 0));
-  c[1] = TD_ADD(c[1], tpu_b_select(b, neg, tpu_b_full(b, &a, 1), tpu_b_full(b, &a, 0)));
+  c[1] = tpu_nn_add(b, c[1], tpu_b_select(b, neg, tpu_b_full(b, &a, 1), tpu_b_full(b, &a, 0)));
   c[0] = q;
 }
 
@@ -297,7 +281,7 @@ static void tpu_td_bisect_step(tpu_builder_t* b, void* ctx, tpu_val_t k, const t
   (void)k;
   const tpu_td_bisect_ctx_t* c = ctx;
   tpu_aval_t lane = *tpu_b_aval(b, in[0]), ilane = tpu_mx_retype(&lane, TPU_I32);
-  tpu_val_t mid = TD_MUL(TD_ADD(in[0], in[1]), tpu_b_full(b, &lane, 0.5));
+  tpu_val_t mid = tpu_nn_mul(b, tpu_nn_add(b, in[0], in[1]), tpu_b_full(b, &lane, 0.5));
   tpu_td_scan_t s = {tpu_td_sturm_step, NULL, 2, 4, 0, false, c->N, c->L};
   tpu_val_t v[6] = {tpu_b_full(b, &lane, 1), tpu_b_full(b, &lane, 0), mid, in[4], in[2], in[3]};
   tpu_td_scan_run(b, &s, v);
@@ -318,7 +302,7 @@ static tpu_val_t tpu_td_bisect(tpu_builder_t* b, const tpu_td_tri_t* T) {
   tpu_val_t res[5];
   int iters = (T->t == TPU_F64 ? DBL_MANT_DIG : FLT_MANT_DIG) + 3;
   tpu_mx_for(b, iters, 5, init, tpu_td_bisect_step, &c, res);
-  return TD_MUL(TD_ADD(res[0], res[1]), tpu_b_full(b, &lane, 0.5));
+  return tpu_nn_mul(b, tpu_nn_add(b, res[0], res[1]), tpu_b_full(b, &lane, 0.5));
 }
 
 /* ---------------------------------------------------------- inverse iteration */
@@ -328,8 +312,8 @@ static tpu_val_t tpu_td_bisect(tpu_builder_t* b, const tpu_td_tri_t* T) {
 static void tpu_td_lu_step(tpu_builder_t* b, const void* ctx, const tpu_val_t* col, tpu_val_t* c, tpu_val_t* out) {
   (void)ctx;
   tpu_aval_t a = *tpu_b_aval(b, c[0]);
-  tpu_val_t l = TD_DIV(col[1], c[0]);
-  tpu_val_t u = TD_SUB(TD_SUB(col[0], c[1]), TD_MUL(l, col[1]));
+  tpu_val_t l = tpu_nn_div(b, col[1], c[0]);
+  tpu_val_t u = tpu_nn_sub(b, tpu_nn_sub(b, col[0], c[1]), tpu_nn_mul(b, l, col[1]));
   tpu_val_t small = tpu_b_compare(b, "LT", tpu_b_unary(b, "stablehlo.abs", u), c[2]);
   tpu_val_t sgn = tpu_b_select(b, tpu_b_compare(b, "LT", u, tpu_b_full(b, &a, 0)),
                                tpu_b_unary(b, "stablehlo.negate", c[2]), c[2]);
@@ -342,13 +326,13 @@ static void tpu_td_lu_step(tpu_builder_t* b, const void* ctx, const tpu_val_t* c
 /* Forward substitution y = r - l y_prev. carry: y_prev; in: r, l; out: y. */
 static void tpu_td_fwd_step(tpu_builder_t* b, const void* ctx, const tpu_val_t* col, tpu_val_t* c, tpu_val_t* out) {
   (void)ctx;
-  c[0] = out[0] = TD_SUB(col[0], TD_MUL(col[1], c[0]));
+  c[0] = out[0] = tpu_nn_sub(b, col[0], tpu_nn_mul(b, col[1], c[0]));
 }
 
 /* Back substitution x = (y - En x_next) / u. carry: x_next; in: y, u, En; out: x. */
 static void tpu_td_back_step(tpu_builder_t* b, const void* ctx, const tpu_val_t* col, tpu_val_t* c, tpu_val_t* out) {
   (void)ctx;
-  c[0] = out[0] = TD_DIV(TD_SUB(col[0], TD_MUL(col[2], c[0])), col[1]);
+  c[0] = out[0] = tpu_nn_div(b, tpu_nn_sub(b, col[0], tpu_nn_mul(b, col[2], c[0])), col[1]);
 }
 
 /* A lane value (batch..., L) broadcast over rows to la (N, batch..., L). */
@@ -369,11 +353,11 @@ static tpu_val_t tpu_td_normalize(tpu_builder_t* b, tpu_val_t x, tpu_val_t fallb
   tpu_val_t ok = tpu_b_binary(b, "stablehlo.and", tpu_b_unary(b, "stablehlo.is_finite", amax),
                               tpu_b_compare(b, "GT", amax, tpu_b_full(b, &lane, 0)));
   tpu_val_t y = tpu_b_select(b, tpu_td_bcast_rows(b, ok, &a), x, fallback);
-  tpu_val_t ymax = tpu_b_reduce(b, tpu_b_unary(b, "stablehlo.abs", y), tpu_b_const(b, a.dtype, 0), 1, &d0,
-                                "stablehlo.maximum");
-  y = TD_DIV(y, tpu_td_bcast_rows(b, ymax, &a));
-  tpu_val_t nrm = tpu_b_unary(b, "stablehlo.sqrt", tpu_mx_sum(b, TD_MUL(y, y), 0));
-  return TD_DIV(y, tpu_td_bcast_rows(b, nrm, &a));
+  /* scaled by max |x| before squaring; a fallback lane (entries in [-1, 1)) as it is */
+  tpu_val_t ymax = tpu_b_select(b, ok, amax, tpu_b_full(b, &lane, 1));
+  y = tpu_nn_div(b, y, tpu_td_bcast_rows(b, ymax, &a));
+  tpu_val_t nrm = tpu_b_unary(b, "stablehlo.sqrt", tpu_mx_sum(b, tpu_nn_mul(b, y, y), 0));
+  return tpu_nn_div(b, y, tpu_td_bcast_rows(b, nrm, &a));
 }
 
 /* A pseudo-random start per row and lane in [-1, 1) (dstein starts from random
@@ -384,10 +368,10 @@ static tpu_val_t tpu_td_start(tpu_builder_t* b, const tpu_aval_t* la, int64_t n)
   tpu_aval_t ia = tpu_mx_retype(la, TPU_I32);
   tpu_val_t row = tpu_b_convert(b, tpu_b_iota(b, &ia, 0), la->dtype);
   tpu_val_t lane = tpu_b_convert(b, tpu_b_iota(b, &ia, r - 1), la->dtype);
-  tpu_val_t arg = TD_ADD(TD_MUL(row, tpu_b_full(b, la, 12.9898)), TD_MUL(lane, tpu_b_full(b, la, 78.233)));
-  tpu_val_t h = TD_MUL(tpu_b_unary(b, "stablehlo.sine", arg), tpu_b_full(b, la, 43758.5453));
-  tpu_val_t frac = TD_SUB(h, tpu_b_unary(b, "stablehlo.floor", h));
-  tpu_val_t x = TD_SUB(TD_MUL(frac, tpu_b_full(b, la, 2)), tpu_b_full(b, la, 1));
+  tpu_val_t arg = tpu_nn_add(b, tpu_nn_mulc(b, row, 12.9898), tpu_nn_mulc(b, lane, 78.233));
+  tpu_val_t h = tpu_nn_mul(b, tpu_b_unary(b, "stablehlo.sine", arg), tpu_b_full(b, la, 43758.5453));
+  tpu_val_t frac = tpu_nn_sub(b, h, tpu_b_unary(b, "stablehlo.floor", h));
+  tpu_val_t x = tpu_nn_sub(b, tpu_nn_mul(b, frac, tpu_b_full(b, la, 2)), tpu_b_full(b, la, 1));
   tpu_val_t live = tpu_b_compare(b, "LT", tpu_b_iota(b, &ia, 0), tpu_b_full(b, &ia, (double)n));
   return tpu_b_select(b, live, x, tpu_b_full(b, la, 0));
 }
@@ -400,7 +384,7 @@ static tpu_val_t tpu_td_invit(tpu_builder_t* b, const tpu_td_tri_t* T, tpu_val_t
   la.dims[0] = T->N;
   for (int i = 0; i < lane.rank; i++) la.dims[i + 1] = lane.dims[i];
   tpu_val_t zeros = tpu_b_full(b, &la, 0);
-  tpu_val_t delta = TD_MUL(T->tnorm, tpu_b_full(b, tpu_b_aval(b, T->tnorm), tpu_td_eps(T->t)));
+  tpu_val_t delta = tpu_nn_mul(b, T->tnorm, tpu_b_full(b, tpu_b_aval(b, T->tnorm), tpu_mx_eps(T->t)));
   tpu_td_scan_t lu = {tpu_td_lu_step, NULL, 2, 3, 2, false, T->N, T->n};
   tpu_val_t v[7] = {tpu_b_full(b, &lane, 1), w, tpu_mx_bcast_batch(b, delta, &lane), zeros, zeros, T->D, T->E};
   tpu_td_scan_run(b, &lu, v);
@@ -435,20 +419,20 @@ static tpu_td_tri_t tpu_td_tri(tpu_builder_t* b, tpu_val_t d, tpu_val_t e) {
   int64_t lo1[TPU_MAX_RANK] = {0}, hi1[TPU_MAX_RANK] = {0};
   lo1[r - 1] = hi1[r - 1] = 1;
   tpu_val_t ae = tpu_b_pad(b, tpu_b_unary(b, "stablehlo.abs", e), zero, lo1, hi1, NULL); /* (n + 1) */
-  tpu_val_t rad = TD_ADD(tpu_mx_slice(b, ae, r - 1, 0, n), tpu_mx_slice(b, ae, r - 1, 1, n + 1));
+  tpu_val_t rad = tpu_nn_add(b, tpu_mx_slice(b, ae, r - 1, 0, n), tpu_mx_slice(b, ae, r - 1, 1, n + 1));
   int64_t last = r - 1;
-  T.lo = tpu_b_reduce(b, TD_SUB(d, rad), tpu_b_const(b, da.dtype, INFINITY), 1, &last, "stablehlo.minimum");
-  T.hi = tpu_b_reduce(b, TD_ADD(d, rad), tpu_b_const(b, da.dtype, -INFINITY), 1, &last, "stablehlo.maximum");
+  T.lo = tpu_b_reduce(b, tpu_nn_sub(b, d, rad), tpu_b_const(b, da.dtype, INFINITY), 1, &last, "stablehlo.minimum");
+  T.hi = tpu_b_reduce(b, tpu_nn_add(b, d, rad), tpu_b_const(b, da.dtype, -INFINITY), 1, &last, "stablehlo.maximum");
   T.tnorm = tpu_b_binary(b, "stablehlo.maximum", tpu_b_unary(b, "stablehlo.abs", T.lo),
                          tpu_b_unary(b, "stablehlo.abs", T.hi));
-  tpu_val_t e2max = tpu_b_reduce(b, TD_MUL(ae, ae), zero, 1, &last, "stablehlo.maximum");
-  T.pivmin = TD_MUL(tpu_b_binary(b, "stablehlo.maximum", e2max, tpu_b_full(b, &bat, 1)),
+  tpu_val_t e2max = tpu_b_reduce(b, tpu_nn_mul(b, ae, ae), zero, 1, &last, "stablehlo.maximum");
+  T.pivmin = tpu_nn_mul(b, tpu_b_binary(b, "stablehlo.maximum", e2max, tpu_b_full(b, &bat, 1)),
                     tpu_b_full(b, &bat, tpu_td_safmin(da.dtype)));
   /* dstebz's widening: the count's rounding may put an eigenvalue just outside */
-  tpu_val_t fudge = TD_ADD(TD_MUL(T.tnorm, tpu_b_full(b, &bat, 2.0 * (double)n * tpu_td_eps(da.dtype))),
-                           TD_MUL(T.pivmin, tpu_b_full(b, &bat, 2)));
-  T.lo = TD_SUB(T.lo, fudge);
-  T.hi = TD_ADD(T.hi, fudge);
+  tpu_val_t fudge = tpu_nn_add(b, tpu_nn_mul(b, T.tnorm, tpu_b_full(b, &bat, 2.0 * (double)n * tpu_mx_eps(da.dtype))),
+                           tpu_nn_mul(b, T.pivmin, tpu_b_full(b, &bat, 2)));
+  T.lo = tpu_nn_sub(b, T.lo, fudge);
+  T.hi = tpu_nn_add(b, T.hi, fudge);
   /* padding rows: decoupled, above hi, so no count or solve reaches them */
   int64_t hiN[TPU_MAX_RANK] = {0}, z[TPU_MAX_RANK] = {0};
   hiN[r - 1] = N - n;
@@ -457,11 +441,11 @@ static tpu_td_tri_t tpu_td_tri(tpu_builder_t* b, tpu_val_t d, tpu_val_t e) {
   tpu_val_t Dp = tpu_b_pad(b, d, zero, z, hiN, NULL);
   tpu_aval_t ipa = tpu_mx_retype(&pa, TPU_I32);
   tpu_val_t pad = tpu_b_compare(b, "GE", tpu_b_iota(b, &ipa, r - 1), tpu_b_full(b, &ipa, (double)n));
-  tpu_val_t above = TD_ADD(tpu_mx_bcast_batch(b, T.hi, &pa), tpu_b_full(b, &pa, 1));
+  tpu_val_t above = tpu_nn_add(b, tpu_mx_bcast_batch(b, T.hi, &pa), tpu_b_full(b, &pa, 1));
   T.D = tpu_b_select(b, pad, above, Dp);
   tpu_val_t es = tpu_b_pad(b, e, zero, lo1, z, NULL); /* (n): E[i] = e_{i-1}, E[0] = 0 */
   T.E = tpu_b_pad(b, es, zero, z, hiN, NULL);
-  T.E2 = TD_MUL(T.E, T.E);
+  T.E2 = tpu_nn_mul(b, T.E, T.E);
   hiN[r - 1] = N - (n - 1);
   T.En = tpu_b_pad(b, e, zero, z, hiN, NULL);
   return T;
@@ -498,11 +482,11 @@ static tpu_val_t tpu_td_orthonormalize(tpu_builder_t* b, tpu_val_t Z) {
   tpu_val_t I = tpu_mx_eye(b, &z);
   int64_t all[TPU_MAX_RANK];
   for (int i = 0; i < z.rank; i++) all[i] = i;
-  tpu_val_t dev = tpu_b_reduce(b, tpu_b_unary(b, "stablehlo.abs", TD_SUB(G, I)), tpu_b_const(b, z.dtype, 0), z.rank,
-                               all, "stablehlo.maximum");
+  tpu_val_t dev = tpu_b_reduce(b, tpu_b_unary(b, "stablehlo.abs", tpu_nn_sub(b, G, I)), tpu_b_const(b, z.dtype, 0),
+                               z.rank, all, "stablehlo.maximum");
   tpu_val_t far = tpu_b_unary(b, "stablehlo.not",
-                              tpu_b_compare(b, "LE", dev, tpu_b_const(b, z.dtype, sqrt(tpu_td_eps(z.dtype)))));
-  tpu_val_t X = tpu_mx_matmul(b, Z, TD_MUL(TD_SUB(TD_MUL(I, tpu_b_full(b, &z, 3)), G), tpu_b_full(b, &z, 0.5)));
+                              tpu_b_compare(b, "LE", dev, tpu_b_const(b, z.dtype, sqrt(tpu_mx_eps(z.dtype)))));
+  tpu_val_t X = tpu_mx_matmul(b, Z, tpu_nn_mulc(b, tpu_nn_sub(b, tpu_nn_mulc(b, I, 3), G), 0.5));
   tpu_val_t init[2] = {Z, far}, res[2];
   tpu_mx_while(b, 1, 2, init, tpu_td_far, tpu_td_qr_all, NULL, res, NULL);
   return tpu_b_select(b, tpu_b_broadcast_in_dim(b, far, z.rank, z.dims, NULL), res[0], X);
