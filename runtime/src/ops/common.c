@@ -141,6 +141,24 @@ tpu_val_t tpu_ops_like(tpu_builder_t* b, tpu_val_t v, double value) {
   return tpu_b_full(b, tpu_b_aval(b, v), value);
 }
 
+tpu_val_t tpu_ops_part(tpu_builder_t* b, tpu_val_t z, bool imag) {
+  tpu_aval_t a = *tpu_b_aval(b, z);
+  a.dtype = a.dtype == TPU_C64 ? TPU_F32 : TPU_F64;
+  return tpu_b_op1(b, imag ? "stablehlo.imag" : "stablehlo.real", 1, &z, NULL, &a);
+}
+
+tpu_val_t tpu_ops_complex(tpu_builder_t* b, tpu_val_t re, tpu_val_t im) {
+  tpu_aval_t a = *tpu_b_aval(b, re);
+  a.dtype = a.dtype == TPU_F32 ? TPU_C64 : TPU_C128;
+  tpu_val_t ins[2] = {re, im};
+  return tpu_b_op1(b, "stablehlo.complex", 2, ins, NULL, &a);
+}
+
+tpu_val_t tpu_ops_conj(tpu_builder_t* b, tpu_val_t z) {
+  if (!tpu_b_ok(b) || !tpu_dtype_is_complex(tpu_b_dtype(b, z))) return z;
+  return tpu_ops_complex(b, tpu_ops_part(b, z, false), tpu_b_unary(b, "stablehlo.negate", tpu_ops_part(b, z, true)));
+}
+
 tpu_dtype_t tpu_ops_compute_float(tpu_dtype_t t) {
   if (t == TPU_F64 || tpu_dtype_is_complex(t)) return t;
   return TPU_F32;

@@ -33,6 +33,12 @@ tpu_dtype_t tpu_ops_compute_float(tpu_dtype_t t);
 bool tpu_ops_has_value(const tpu_op_t* op, int i);
 /* Shape of `v` with `dims` (sorted) reinserted as size 1 (keepdim). */
 tpu_val_t tpu_ops_keepdim(tpu_builder_t* b, tpu_val_t v, const tpu_aval_t* in, int ndims, const int64_t* dims);
+/* Complex values by parts: z's real or imaginary part (in the real dtype),
+ * re + i im (f32 parts give c64, f64 c128), and conj(z), the identity for a
+ * real z. */
+tpu_val_t tpu_ops_part(tpu_builder_t* b, tpu_val_t z, bool imag);
+tpu_val_t tpu_ops_complex(tpu_builder_t* b, tpu_val_t re, tpu_val_t im);
+tpu_val_t tpu_ops_conj(tpu_builder_t* b, tpu_val_t z);
 /* A lowering's single result: outs[0] = v, *nouts = 1; returns NULL (OK). */
 tpu_status_t* tpu_ops_result1(tpu_val_t v, tpu_val_t* outs, int* nouts);
 

@@ -203,6 +203,15 @@ typedef tpu_val_t (*tpu_ew_map_fn_t)(tpu_builder_t* b, tpu_op_t* op, tpu_val_t x
 
 EW_MAP_FN(map_abs) { EW_UNUSED; return ew_abs(b, x); }
 EW_MAP_FN(map_sign) { EW_UNUSED; return ew_sign(b, x); }
+/* sgn: z / |z| for complex z (0 at 0), sign for real x. */
+EW_MAP_FN(map_sgn) {
+  EW_UNUSED;
+  if (!tpu_dtype_is_complex(tpu_b_dtype(b, x))) return ew_sign(b, x);
+  tpu_val_t r = ew_abs(b, x);
+  tpu_val_t zero = ew_cmpc(b, "EQ", r, 0.0);
+  tpu_val_t q = ew_div(b, x, tpu_ops_complex(b, ew_sel(b, zero, ew_c(b, r, 1.0), r), ew_c(b, r, 0.0)));
+  return ew_sel(b, zero, ew_c(b, x, 0.0), q);
+}
 EW_MAP_FN(map_exp2) { EW_UNUSED; return tpu_b_binary(b, "stablehlo.power", ew_c(b, x, 2.0), x); }
 EW_MAP_FN(map_log2) { EW_UNUSED; return ew_div(b, ew_un(b, "stablehlo.log", x), ew_c(b, x, M_LN2)); }
 EW_MAP_FN(map_log10) { EW_UNUSED; return ew_div(b, ew_un(b, "stablehlo.log", x), ew_c(b, x, M_LN10)); }
@@ -473,7 +482,7 @@ typedef struct tpu_ew_map {
   X("neg", "stablehlo.negate", NULL, EW_BOOL_MSG | EW_COMPLEX, TPU_EW_NEG_BOOL_MSG, 0)                      \
   X("abs", NULL, map_abs, EW_NO_BOOL | EW_COMPLEX, "abs_cpu", 0)                                             \
   X("sign", NULL, map_sign, 0, "sign_cpu", 0)                                                   \
-  X("sgn", NULL, map_sign, 0, "sgn_cpu", 0)                                                     \
+  X("sgn", NULL, map_sgn, EW_COMPLEX, "sgn_cpu", 0)                                                  \
   X("exp", "stablehlo.exponential", NULL, EW_FLOAT, NULL, 0)                                    \
   X("exp2", NULL, map_exp2, EW_FLOAT, NULL, 0)                                                  \
   X("log", "stablehlo.log", NULL, EW_FLOAT, NULL, 0)                                            \

@@ -55,6 +55,8 @@ extern const tpu_lowering_t tpu_lowerings_ldl[];
  * matrix functions (matfn.c), pairwise distances (distance.c). */
 extern const tpu_lowering_t tpu_lowerings_qr[];
 extern const tpu_lowering_t tpu_lowerings_eigh[];
+/* General (non-symmetric) eigendecomposition (eig.c). */
+extern const tpu_lowering_t tpu_lowerings_eig[];
 extern const tpu_lowering_t tpu_lowerings_svd[];
 extern const tpu_lowering_t tpu_lowerings_matfn[];
 extern const tpu_lowering_t tpu_lowerings_distance[];

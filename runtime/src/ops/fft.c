@@ -189,21 +189,12 @@ static tpu_status_t* tpu_lower__fft_c2r(tpu_builder_t* b, tpu_op_t* op, int max_
 
 /* ------------------------------------------------------------ complex helpers */
 
-static tpu_val_t tpu_fft_part(tpu_builder_t* b, tpu_val_t z, const char* which) {
-  tpu_aval_t a = *tpu_b_aval(b, z);
-  a.dtype = tpu_fft_real_of(a.dtype);
-  return tpu_b_op1(b, which, 1, &z, NULL, &a);
-}
-
 /* conj_physical: real - i imag for complex; the identity for real dtypes. */
 static tpu_status_t* tpu_lower_conj_physical(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs,
                                              int* nouts) {
   (void)max_outs;
   tpu_val_t x = tpu_op_tensor(b, op, 0);
-  if (!tpu_b_ok(b) || !tpu_dtype_is_complex(tpu_b_dtype(b, x))) return tpu_fft_done(x, outs, nouts);
-  tpu_val_t parts[2] = {tpu_fft_part(b, x, "stablehlo.real"),
-                        tpu_b_unary(b, "stablehlo.negate", tpu_fft_part(b, x, "stablehlo.imag"))};
-  return tpu_fft_done(tpu_b_op1(b, "stablehlo.complex", 2, parts, NULL, tpu_b_aval(b, x)), outs, nouts);
+  return tpu_fft_done(tpu_ops_conj(b, x), outs, nouts);
 }
 
 /* angle: atan2(imag, real) for complex; for real x, pi where x < 0, else 0, and
@@ -214,7 +205,7 @@ static tpu_status_t* tpu_lower_angle(tpu_builder_t* b, tpu_op_t* op, int max_out
   if (!tpu_b_ok(b)) return NULL;
   tpu_dtype_t t = tpu_b_dtype(b, x);
   if (tpu_dtype_is_complex(t)) {
-    tpu_val_t re = tpu_fft_part(b, x, "stablehlo.real"), im = tpu_fft_part(b, x, "stablehlo.imag");
+    tpu_val_t re = tpu_ops_part(b, x, false), im = tpu_ops_part(b, x, true);
     return tpu_fft_done(tpu_b_binary(b, "stablehlo.atan2", im, re), outs, nouts);
   }
   tpu_dtype_t out = tpu_dtype_is_float(t) ? t : TPU_F32;

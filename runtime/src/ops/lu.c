@@ -34,6 +34,13 @@ static tpu_val_t tpu_lu_swap(tpu_builder_t* b, tpu_val_t v, int dim, tpu_val_t k
 
 /* ---------------------------------------------------------- factorisation */
 
+/* |x|, or |re| + |im| for complex x: the size izamax compares pivots by. */
+static tpu_val_t tpu_lu_cabs1(tpu_builder_t* b, tpu_val_t x) {
+  if (!tpu_dtype_is_complex(tpu_b_dtype(b, x))) return tpu_b_unary(b, "stablehlo.abs", x);
+  return tpu_b_binary(b, "stablehlo.add", tpu_b_unary(b, "stablehlo.abs", tpu_ops_part(b, x, false)),
+                      tpu_b_unary(b, "stablehlo.abs", tpu_ops_part(b, x, true)));
+}
+
 /* Carry: A (batch..., n, n), pivots (batch..., n) i32 1-based, perm (batch..., n) i32. */
 static void tpu_lu_factor_step(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_val_t* in, tpu_val_t* out) {
   (void)ctx;
@@ -41,13 +48,14 @@ static void tpu_lu_factor_step(tpu_builder_t* b, void* ctx, tpu_val_t k, const t
   tpu_aval_t m = *tpu_b_aval(b, A);
   int r = m.rank;
   tpu_aval_t vec = tpu_mx_drop(&m, 1), ivec = tpu_mx_retype(&vec, TPU_I32), imat = tpu_mx_retype(&m, TPU_I32);
+  tpu_aval_t rvec = tpu_mx_retype(&vec, m.dtype == TPU_C64 ? TPU_F32 : m.dtype == TPU_C128 ? TPU_F64 : m.dtype);
   tpu_val_t vidx = tpu_b_iota(b, &ivec, r - 2);
   tpu_val_t kv = tpu_b_broadcast_in_dim(b, k, ivec.rank, ivec.dims, NULL);
 
-  /* p = argmax over rows >= k of |A[:, k]| (first on ties, NaN wins, like idamax). */
+  /* p = argmax over rows >= k of |A[:, k]| (first on ties, NaN wins, like idamax) */
   tpu_val_t col = tpu_mx_take(b, A, r - 1, k);
-  tpu_val_t mag = tpu_b_select(b, tpu_b_compare(b, "GE", vidx, kv), tpu_b_unary(b, "stablehlo.abs", col),
-                               tpu_b_full(b, &vec, -INFINITY));
+  tpu_val_t mag = tpu_b_select(b, tpu_b_compare(b, "GE", vidx, kv), tpu_lu_cabs1(b, col),
+                               tpu_b_full(b, &rvec, -INFINITY));
   tpu_val_t p64;
   tpu_b_argreduce(b, mag, r - 2, true, NULL, &p64);
   tpu_val_t p = tpu_b_convert(b, p64, TPU_I32);
@@ -176,31 +184,37 @@ static tpu_val_t tpu_lu_trsm(tpu_builder_t* b, tpu_val_t a, tpu_val_t x, bool lo
   char attrs[192];
   snprintf(attrs, sizeof(attrs),
            "left_side = true, lower = %s, unit_diagonal = %s, transpose_a = #stablehlo<transpose %s>",
-           lower ? "true" : "false", unit ? "true" : "false", transpose ? "TRANSPOSE" : "NO_TRANSPOSE");
+           lower ? "true" : "false", unit ? "true" : "false",
+           !transpose ? "NO_TRANSPOSE" : tpu_dtype_is_complex(tpu_b_dtype(b, x)) ? "ADJOINT" : "TRANSPOSE");
   tpu_val_t ins[2] = {a, x};
   return tpu_b_op1(b, "stablehlo.triangular_solve", 2, ins, attrs, tpu_b_aval(b, x));
 }
 
+/* x^H (x^T for real x). */
+static tpu_val_t tpu_lu_mH(tpu_builder_t* b, tpu_val_t x) { return tpu_ops_conj(b, tpu_mx_mT(b, x)); }
+
 /* linalg_lu_solve's semantics for M factored as P M = L U, batch dims of LU/perm
- * and X equal: left: M X = X0 (adjoint: M^T X = X0); right: X M = X0 (X M^T). */
+ * and X equal: left: M X = X0 (adjoint: M^H X = X0); right: X M = X0 (X M^H). */
 static tpu_val_t tpu_lu_solve(tpu_builder_t* b, tpu_val_t LU, tpu_val_t perm, tpu_val_t X, bool left, bool adjoint) {
-  if (!left) /* X M = B  <=>  M^T X^T = B^T */
-    return tpu_mx_mT(b, tpu_lu_solve(b, LU, perm, tpu_mx_mT(b, X), true, !adjoint));
+  if (!left) /* X M = B  <=>  M^H X^H = B^H */
+    return tpu_lu_mH(b, tpu_lu_solve(b, LU, perm, tpu_lu_mH(b, X), true, !adjoint));
   tpu_val_t P = tpu_lu_perm_matrix(b, perm, tpu_b_dtype(b, X));
   if (!adjoint) { /* X = U^-1 L^-1 P B */
     tpu_val_t y = tpu_lu_trsm(b, LU, tpu_lu_apply_perm(b, P, X, false), true, true, false);
     return tpu_lu_trsm(b, LU, y, false, false, false);
   }
-  /* M^T = U^T L^T P:  X = P^T L^-T U^-T B */
+  /* M^H = U^H L^H P:  X = P^T L^-H U^-H B */
   tpu_val_t y = tpu_lu_trsm(b, LU, X, false, false, true);
   return tpu_lu_apply_perm(b, P, tpu_lu_trsm(b, LU, y, true, true, true), true);
 }
 
 /* --------------------------------------------------------------- checks */
 
-/* f32/f64 input of at least 2 dims (square when `square`); ATen's messages. */
+/* f32/f64/c64/c128 input of at least 2 dims (square when `square`); ATen's messages. */
 static bool tpu_lu_check_any(tpu_builder_t* b, const tpu_aval_t* a, const char* api, bool square) {
-  return tpu_mx_check_input(b, a, api, NULL, square);
+  tpu_aval_t r = *a; /* complex passes as its real type: the factorisation and solves take both */
+  if (tpu_dtype_is_complex(r.dtype)) r.dtype = r.dtype == TPU_C64 ? TPU_F32 : TPU_F64;
+  return tpu_mx_check_input(b, &r, api, NULL, square);
 }
 
 /* tpu_lu_check_any for square matrices (solves, inverses, determinants). */
@@ -333,7 +347,7 @@ static tpu_status_t* tpu_lower__linalg_solve_ex(tpu_builder_t* b, tpu_op_t* op, 
 static tpu_lu_t tpu_lu_for_det(tpu_builder_t* b, tpu_op_t* op, const char* api, tpu_val_t* diag) {
   tpu_lu_t f = {TPU_NOVAL, TPU_NOVAL, TPU_NOVAL};
   tpu_aval_t a = tpu_op_aval(op, 0);
-  if (!tpu_lu_check(b, &a, api)) return f;
+  if (!tpu_mx_check_input(b, &a, api, NULL, true)) return f; /* complex det: not yet */
   tpu_val_t A = tpu_op_tensor(b, op, 0);
   f = tpu_lu_factor(b, tpu_lu_use_transpose(op, 0) ? tpu_mx_mT(b, A) : A);
   *diag = tpu_mx_diag(b, f.LU);
@@ -433,7 +447,7 @@ static void tpu_lu_unpack(tpu_builder_t* b, tpu_val_t LU, tpu_val_t pivots, bool
 static tpu_status_t* tpu_lower_lu_unpack(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
   (void)max_outs;
   tpu_aval_t a = tpu_op_aval(op, 0), p = tpu_op_aval(op, 1);
-  if (a.rank < 2 || !tpu_dtype_is_float(a.dtype))
+  if (a.rank < 2 || !(tpu_dtype_is_float(a.dtype) || tpu_dtype_is_complex(a.dtype)))
     return TPU_STATUS(TPU_INVALID_ARGUMENT, "torch.lu_unpack: LU_data must be a batch of float matrices");
   int64_t k = a.dims[a.rank - 2] < a.dims[a.rank - 1] ? a.dims[a.rank - 2] : a.dims[a.rank - 1];
   if (p.rank != a.rank - 1 || p.dims[p.rank - 1] != k)

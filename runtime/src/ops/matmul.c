@@ -23,9 +23,9 @@ const char* tpu_mm_cpp_name(tpu_dtype_t t) {
   return (int)t >= 0 && t < TPU_DTYPE_COUNT && names[t] ? names[t] : "?";
 }
 
-/* Products are defined for real numbers and integers, not bool or complex. */
+/* Products are defined for real and complex numbers and integers, not bool. */
 static bool tpu_mm_dtype_ok(tpu_builder_t* b, const char* kernel, tpu_dtype_t t) {
-  if (t == TPU_BOOL || tpu_dtype_is_complex(t)) {
+  if (t == TPU_BOOL) {
     TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "\"%s\" not implemented for '%s'", kernel, tpu_dtype_scalar_type_name(t));
     return false;
   }
@@ -275,7 +275,7 @@ static tpu_status_t* tpu_lower_addmv(tpu_builder_t* b, tpu_op_t* op, int max_out
   return tpu_mm_product_out(b, op, 1, 0, mat.dtype, outs, nouts);
 }
 
-/* dot(self, other) and vdot (equal to dot for real inputs). */
+/* dot(self, other) and vdot (conj(self) . other: dot for real inputs). */
 static tpu_status_t* tpu_lower_dot_like(tpu_builder_t* b, tpu_op_t* op, const char* name, tpu_val_t* outs,
                                         int* nouts) {
   tpu_aval_t x = tpu_op_aval(op, 0), y = tpu_op_aval(op, 1);
@@ -296,7 +296,9 @@ static tpu_status_t* tpu_lower_dot_like(tpu_builder_t* b, tpu_op_t* op, const ch
     return NULL;
   }
   if (!tpu_mm_dtype_ok(b, name, x.dtype)) return NULL;
-  tpu_val_t p = tpu_mm_dot(b, tpu_op_tensor(b, op, 0), tpu_op_tensor(b, op, 1), 0, 0, 0);
+  tpu_val_t lhs = tpu_op_tensor(b, op, 0);
+  if (strcmp(name, "vdot") == 0) lhs = tpu_ops_conj(b, lhs);
+  tpu_val_t p = tpu_mm_dot(b, lhs, tpu_op_tensor(b, op, 1), 0, 0, 0);
   return tpu_ops_result1(tpu_b_convert(b, p, x.dtype), outs, nouts);
 }
 

@@ -144,6 +144,22 @@ tpu_val_t tpu_mx_diag(tpu_builder_t* b, tpu_val_t x) {
 
 double tpu_mx_eps(tpu_dtype_t t) { return t == TPU_F64 ? DBL_EPSILON : FLT_EPSILON; }
 
+tpu_val_t tpu_mx_column(tpu_builder_t* b, tpu_val_t S, int j) {
+  int64_t B = tpu_b_aval(b, S)->dims[0];
+  return tpu_b_reshape(b, tpu_mx_slice(b, S, 1, j, j + 1), 1, &B);
+}
+
+tpu_val_t tpu_mx_columns(tpu_builder_t* b, int c, const tpu_val_t* v) {
+  tpu_val_t cols[TPU_MX_MAX_CARRY];
+  int64_t d[2] = {tpu_b_aval(b, v[0])->dims[0], 1};
+  if (c > TPU_MX_MAX_CARRY) {
+    TPU_B_FAIL(b, TPU_INTERNAL, "a table of %d columns, more than %d", c, TPU_MX_MAX_CARRY);
+    return TPU_NOVAL;
+  }
+  for (int j = 0; j < c; j++) cols[j] = tpu_b_reshape(b, v[j], 2, d);
+  return tpu_b_concat(b, c, cols, 1);
+}
+
 tpu_val_t tpu_mx_put(tpu_builder_t* b, tpu_val_t x, tpu_val_t k, tpu_val_t v) {
   tpu_aval_t a = *tpu_b_aval(b, x), ia = tpu_mx_retype(&a, TPU_I32);
   tpu_val_t at = tpu_b_compare(b, "EQ", tpu_b_iota(b, &ia, a.rank - 1),
@@ -151,13 +167,17 @@ tpu_val_t tpu_mx_put(tpu_builder_t* b, tpu_val_t x, tpu_val_t k, tpu_val_t v) {
   return tpu_b_select(b, at, tpu_mx_bcast_batch(b, v, &a), x);
 }
 
-void tpu_mx_check_finite(tpu_builder_t* b, tpu_op_t* op, tpu_val_t A, const char* api) {
+tpu_val_t tpu_mx_all_finite(tpu_builder_t* b, tpu_val_t A) {
   tpu_val_t fin = tpu_b_convert(b, tpu_b_unary(b, "stablehlo.is_finite", A), TPU_I32);
   int64_t d[TPU_MAX_RANK];
   int r = tpu_b_rank(b, A);
   for (int i = 0; i < r; i++) d[i] = i;
   tpu_val_t all = tpu_b_reduce(b, fin, tpu_b_const_i(b, TPU_I32, 1), r, d, "stablehlo.minimum");
-  tpu_op_check(b, op, tpu_b_compare(b, "EQ", all, tpu_b_const_i(b, TPU_I32, 0)), TPU_NOVAL, TPU_INVALID_ARGUMENT,
+  return tpu_b_compare(b, "EQ", all, tpu_b_const_i(b, TPU_I32, 1));
+}
+
+void tpu_mx_check_finite(tpu_builder_t* b, tpu_op_t* op, tpu_val_t A, const char* api) {
+  tpu_op_check(b, op, tpu_b_unary(b, "stablehlo.not", tpu_mx_all_finite(b, A)), TPU_NOVAL, TPU_INVALID_ARGUMENT,
                "%s: The algorithm failed to converge because the input matrix contained non-finite values.", api);
 }
 

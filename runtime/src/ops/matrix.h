@@ -67,6 +67,8 @@ tpu_val_t tpu_mx_any(tpu_builder_t* b, tpu_val_t m);
  * dims, square when `square`. Records the failure and returns false otherwise. */
 bool tpu_mx_check_input(tpu_builder_t* b, const tpu_aval_t* a, const char* api, const char* half_kernel,
                         bool square);
+/* A 0-d i1: every element of A is finite. */
+tpu_val_t tpu_mx_all_finite(tpu_builder_t* b, tpu_val_t A);
 /* LAPACK refuses non-finite input, and so does ATen: a device-side check of op
  * that fails the next sync with "<api>: The algorithm failed to converge
  * because the input matrix contained non-finite values." when A has a NaN or
@@ -76,6 +78,10 @@ void tpu_mx_check_finite(tpu_builder_t* b, tpu_op_t* op, tpu_val_t A, const char
 double tpu_mx_eps(tpu_dtype_t t);
 /* x (batch..., n) with its entry k (0-d i32) set to v (batch...). */
 tpu_val_t tpu_mx_put(tpu_builder_t* b, tpu_val_t x, tpu_val_t k, tpu_val_t v);
+/* Per-batch tables (B, c) of values (B): column j of S, and c values stacked
+ * as columns (loop carries pack several per-batch counters into one). */
+tpu_val_t tpu_mx_column(tpu_builder_t* b, tpu_val_t S, int j);
+tpu_val_t tpu_mx_columns(tpu_builder_t* b, int c, const tpu_val_t* v);
 /* The sum of x over dim `dim` (that dim dropped). */
 tpu_val_t tpu_mx_sum(tpu_builder_t* b, tpu_val_t x, int dim);
 /* stablehlo.triangular_solve: op(a) x = rhs (left) or x op(a) = rhs (right),

@@ -587,9 +587,7 @@ static bool tpu_red_check_floating(tpu_builder_t* b, tpu_dtype_t t, const char* 
 /* |z|² for complex z, x² for real x (in the real dtype). */
 static tpu_val_t tpu_red_abs2(tpu_builder_t* b, tpu_val_t x) {
   if (!tpu_dtype_is_complex(tpu_b_dtype(b, x))) return tpu_b_binary(b, "stablehlo.multiply", x, x);
-  tpu_aval_t ra = *tpu_b_aval(b, x);
-  ra.dtype = tpu_red_real(ra.dtype);
-  tpu_val_t re = tpu_b_op1(b, "stablehlo.real", 1, &x, NULL, &ra), im = tpu_b_op1(b, "stablehlo.imag", 1, &x, NULL, &ra);
+  tpu_val_t re = tpu_ops_part(b, x, false), im = tpu_ops_part(b, x, true);
   return tpu_b_binary(b, "stablehlo.add", tpu_b_binary(b, "stablehlo.multiply", re, re),
                       tpu_b_binary(b, "stablehlo.multiply", im, im));
 }

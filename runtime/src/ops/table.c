@@ -42,6 +42,7 @@ static const tpu_lowering_t* const tpu_families[] = {
     tpu_lowerings_ldl,
     tpu_lowerings_qr,
     tpu_lowerings_eigh,
+    tpu_lowerings_eig,
     tpu_lowerings_svd,
     tpu_lowerings_matfn,
     tpu_lowerings_distance,

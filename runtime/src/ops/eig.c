@@ -1,0 +1,714 @@
+/* Lowerings: the eigendecomposition of general real matrices, linalg_eig and
+ * _linalg_eigvals (torch.linalg.eig / eigvals).
+ *
+ * LAPACK dgeev's path, without its balancing:
+ * 1. Householder reduction to upper Hessenberg form, H = Q^T A Q (dgehd2); Z = Q.
+ * 2. dlahqr's Francis double-shift QR iteration on H, Z accumulated, down to
+ *    the real Schur form T = Z^T A Z (1 x 1 and 2 x 2 diagonal blocks): its
+ *    deflation test (Ahues & Tisseur), its shifts, its exceptional shifts after
+ *    10 and 20 iterations without a deflation, its limit of 30 max(10, n)
+ *    iterations per eigenvalue (past which the op fails, as LAPACK's info > 0
+ *    makes ATen fail). Batched: each matrix keeps its own window [l, i] and
+ *    counters. One iteration of the outer stablehlo.while deflates or chases
+ *    one bulge in every matrix; the chase is an inner loop over the union of
+ *    the windows, where a matrix outside its own applies the identity. H is
+ *    padded by two zero rows and columns so the 3-row slices of the chase
+ *    always fit.
+ * 3. dlanv2 on each remaining 2 x 2 block: equal diagonal entries for a complex
+ *    pair (wr +- i wi), two 1 x 1 blocks for real ones. The eigenvalues come in
+ *    the order of T's diagonal, as LAPACK's do (for n <= 75 dhseqr is dlahqr):
+ *    real ones exactly real, pairs exactly conjugate, positive imaginary first.
+ * 4. Eigenvectors (linalg_eig): each 2 x 2 block is made triangular by a
+ *    complex rotation, the complex triangular T is solved by back substitution
+ *    for all eigenvalues at once (ztrevc: a pivot below eps |lambda| is raised
+ *    to it, a column is scaled down before it would overflow), V = Z X with
+ *    columns of norm 1. As in dgeev, the vector of a real eigenvalue is real,
+ *    those of a pair are conjugate, and a complex one is turned so that its
+ *    largest component is real.
+ *
+ * Complex input is not supported yet (the complex QR iteration, zlahqr). */
+#include <float.h>
+#include <math.h>
+
+#include "check.h"
+#include "eig.h"
+#include "nn.h"
+#include "qr.h"
+
+/* What every loop body needs: sizes, dtype and dlahqr's constants. */
+typedef struct tpu_eig_ctx {
+  int64_t n, N; /* rows, padded rows (n + 2) */
+  tpu_dtype_t t;
+  double ulp, smlnum;
+  int64_t itmax;
+  bool vectors; /* accumulate Z */
+} tpu_eig_ctx_t;
+
+/* ------------------------------------------------------------- small helpers */
+
+static tpu_val_t tpu_eig_abs(tpu_builder_t* b, tpu_val_t x) { return tpu_b_unary(b, "stablehlo.abs", x); }
+static tpu_val_t tpu_eig_max(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) {
+  return tpu_b_binary(b, "stablehlo.maximum", x, y);
+}
+static tpu_val_t tpu_eig_min(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) {
+  return tpu_b_binary(b, "stablehlo.minimum", x, y);
+}
+static tpu_val_t tpu_eig_sqrt(tpu_builder_t* b, tpu_val_t x) { return tpu_b_unary(b, "stablehlo.sqrt", x); }
+static tpu_val_t tpu_eig_and(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) { return tpu_b_binary(b, "stablehlo.and", x, y); }
+static tpu_val_t tpu_eig_or(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) { return tpu_b_binary(b, "stablehlo.or", x, y); }
+static tpu_val_t tpu_eig_not(tpu_builder_t* b, tpu_val_t x) { return tpu_b_unary(b, "stablehlo.not", x); }
+static tpu_val_t tpu_eig_cmp(tpu_builder_t* b, const char* dir, tpu_val_t x, tpu_val_t y) {
+  return tpu_b_compare(b, dir, x, y);
+}
+/* Fortran's SIGN(|x|, s): |x| with the sign of s (s = 0 counts as positive). */
+static tpu_val_t tpu_eig_sign(tpu_builder_t* b, tpu_val_t x, tpu_val_t s) {
+  tpu_val_t ax = tpu_eig_abs(b, x);
+  return tpu_b_select(b, tpu_eig_cmp(b, "GE", s, tpu_ops_like(b, s, 0)), ax, tpu_b_unary(b, "stablehlo.negate", ax));
+}
+/* sqrt(x^2 + y^2) without overflow (dlapy2). */
+static tpu_val_t tpu_eig_hypot(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) {
+  tpu_val_t ax = tpu_eig_abs(b, x), ay = tpu_eig_abs(b, y);
+  tpu_val_t w = tpu_eig_max(b, ax, ay), z = tpu_eig_min(b, ax, ay);
+  tpu_val_t zero = tpu_eig_cmp(b, "EQ", w, tpu_ops_like(b, w, 0));
+  tpu_val_t q = tpu_nn_div(b, z, tpu_b_select(b, zero, tpu_ops_like(b, w, 1), w));
+  return tpu_nn_mul(b, w, tpu_eig_sqrt(b, tpu_nn_addc(b, tpu_nn_mul(b, q, q), 1)));
+}
+/* x / y where y != 0, else x / 1 (the lane is masked later). */
+static tpu_val_t tpu_eig_div(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) {
+  tpu_val_t zero = tpu_eig_cmp(b, "EQ", y, tpu_ops_like(b, y, 0));
+  return tpu_nn_div(b, x, tpu_b_select(b, zero, tpu_ops_like(b, y, 1), y));
+}
+/* A per-batch i32 value (B) broadcast like k (0-d). */
+static tpu_val_t tpu_eig_bk(tpu_builder_t* b, tpu_val_t k, int64_t B) {
+  return tpu_b_broadcast_in_dim(b, k, 1, &B, NULL);
+}
+/* i32 iota along dim of shape like x. */
+static tpu_val_t tpu_eig_iota(tpu_builder_t* b, tpu_val_t x, int dim) {
+  tpu_aval_t a = tpu_mx_retype(tpu_b_aval(b, x), TPU_I32);
+  return tpu_b_iota(b, &a, dim);
+}
+/* x (B, N) at a per-batch index (B) i32; 0 where the index is outside [0, N). */
+static tpu_val_t tpu_eig_at(tpu_builder_t* b, tpu_val_t x, tpu_val_t idx) {
+  tpu_aval_t a = *tpu_b_aval(b, x);
+  tpu_val_t hit = tpu_eig_cmp(b, "EQ", tpu_eig_iota(b, x, 1), tpu_mx_bcast_batch(b, idx, &a));
+  return tpu_mx_pick(b, hit, x, 1);
+}
+/* y[k] = x[k + s] along dim 1 of x (B, N), 0 past the ends. */
+static tpu_val_t tpu_eig_shift(tpu_builder_t* b, tpu_val_t x, int64_t s) {
+  int64_t N = tpu_b_aval(b, x)->dims[1], lo[2] = {0, 0}, hi[2] = {0, 0};
+  tpu_val_t y = tpu_mx_slice(b, x, 1, s > 0 ? s : 0, s > 0 ? N : N + s);
+  (s > 0 ? hi : lo)[1] = s > 0 ? s : -s;
+  return tpu_b_pad(b, y, tpu_b_const(b, tpu_b_dtype(b, x), 0), lo, hi, NULL);
+}
+/* H's diagonal d[k] = H(k, k), sub[k] = H(k, k-1) and sup[k] = H(k-1, k) (0 at k = 0), each (B, N). */
+static void tpu_eig_diagonals(tpu_builder_t* b, tpu_val_t H, tpu_val_t* d, tpu_val_t* sub, tpu_val_t* sup) {
+  int64_t N = tpu_b_aval(b, H)->dims[1], lo[2] = {0, 1}, hi[2] = {0, 0};
+  tpu_val_t z = tpu_b_const(b, tpu_b_dtype(b, H), 0);
+  *d = tpu_mx_diag(b, H);
+  *sub = tpu_b_pad(b, tpu_mx_diag(b, tpu_mx_slice(b, tpu_mx_slice(b, H, 1, 1, N), 2, 0, N - 1)), z, lo, hi, NULL);
+  *sup = tpu_b_pad(b, tpu_mx_diag(b, tpu_mx_slice(b, tpu_mx_slice(b, H, 1, 0, N - 1), 2, 1, N)), z, lo, hi, NULL);
+}
+/* x (B, r, c) with rows r0.. (or columns) combined by the per-batch 2 x 2 or
+ * 3 x 3 ... transforms is done by the callers; this is x - (tau v) (x . v)^T
+ * for the reflector (v, tau) along dim `dim` of x (B, R, C): a Householder
+ * reflection of x's rows (dim 1) or columns (dim 2). */
+static tpu_val_t tpu_eig_reflect(tpu_builder_t* b, tpu_val_t x, tpu_val_t v, tpu_val_t tau, int dim) {
+  tpu_aval_t a = *tpu_b_aval(b, x);
+  int64_t bd = 0, cx = dim, cv = 1;
+  tpu_val_t s = tpu_b_dot_general(b, x, v, 1, &bd, &bd, 1, &cx, &cv, a.dtype); /* (B, other dim) */
+  tpu_aval_t va = *tpu_b_aval(b, v);
+  tpu_val_t tv = tpu_nn_mul(b, v, tpu_mx_bcast_batch(b, tau, &va));
+  tpu_val_t outer = dim == 1 ? tpu_nn_mul(b, tpu_mx_bcast_vec(b, tv, &a, false), tpu_mx_bcast_vec(b, s, &a, true))
+                             : tpu_nn_mul(b, tpu_mx_bcast_vec(b, s, &a, false), tpu_mx_bcast_vec(b, tv, &a, true));
+  return tpu_nn_sub(b, x, outer);
+}
+
+/* ------------------------------------------------------ 1. Hessenberg form */
+
+/* Step k of dgehd2. Carry: H (B, N, N), Z (B, n, N). */
+static void tpu_eig_hess_step(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_val_t* in, tpu_val_t* out) {
+  const tpu_eig_ctx_t* c = ctx;
+  tpu_val_t H = in[0];
+  tpu_aval_t m = *tpu_b_aval(b, H);
+  tpu_val_t x = tpu_mx_take(b, H, 2, k); /* column k, (B, N) */
+  tpu_val_t idx = tpu_eig_iota(b, x, 1), k1 = tpu_eig_bk(b, tpu_nn_add(b, k, tpu_b_const_i(b, TPU_I32, 1)), m.dims[0]);
+  tpu_aval_t xa = *tpu_b_aval(b, x);
+  k1 = tpu_mx_bcast_batch(b, k1, &xa);
+  tpu_val_t at = tpu_eig_cmp(b, "EQ", idx, k1), below = tpu_eig_cmp(b, "GT", idx, k1);
+  tpu_qr_reflector_t h = tpu_qr_larfg(b, x, at, below);
+  H = tpu_eig_reflect(b, H, h.v, h.tau, 1);
+  H = tpu_eig_reflect(b, H, h.v, h.tau, 2);
+  /* column k is exactly (.., beta, 0, ..) below the diagonal */
+  tpu_val_t ri = tpu_eig_iota(b, H, 1), ci = tpu_eig_iota(b, H, 2);
+  tpu_val_t oncol = tpu_eig_cmp(b, "EQ", ci, tpu_b_broadcast_in_dim(b, k, m.rank, m.dims, NULL));
+  tpu_val_t k1m = tpu_mx_bcast_vec(b, k1, &m, false);
+  tpu_val_t col = tpu_b_select(b, tpu_eig_cmp(b, "EQ", ri, k1m), tpu_mx_bcast_batch(b, h.beta, &m), tpu_b_full(b, &m, 0));
+  out[0] = tpu_b_select(b, tpu_eig_and(b, oncol, tpu_eig_cmp(b, "GE", ri, k1m)), col, H);
+  out[1] = c->vectors ? tpu_eig_reflect(b, in[1], h.v, h.tau, 2) : in[1];
+}
+
+/* -------------------------------------------------- 2. the QR iteration */
+
+/* dlahqr's search for a negligible subdiagonal entry H(k, k-1), 1 <= k <= i:
+ * the largest such k, else 0 (the window's top l). */
+static tpu_val_t tpu_eig_deflation_point(tpu_builder_t* b, const tpu_eig_ctx_t* c, tpu_val_t d, tpu_val_t sub,
+                                         tpu_val_t sup, tpu_val_t i) {
+  tpu_val_t h = tpu_eig_abs(b, sub), dm1 = tpu_eig_shift(b, d, -1), ad = tpu_eig_abs(b, d);
+  tpu_val_t tst = tpu_nn_add(b, tpu_eig_abs(b, dm1), ad);
+  tpu_val_t around = tpu_nn_add(b, tpu_eig_abs(b, tpu_eig_shift(b, sub, -1)), tpu_eig_abs(b, tpu_eig_shift(b, sub, 1)));
+  tst = tpu_b_select(b, tpu_eig_cmp(b, "EQ", tst, tpu_ops_like(b, tst, 0)), tpu_nn_add(b, tst, around), tst);
+  tpu_val_t asup = tpu_eig_abs(b, sup), ab = tpu_eig_max(b, h, asup), ba = tpu_eig_min(b, h, asup);
+  tpu_val_t diff = tpu_eig_abs(b, tpu_nn_sub(b, dm1, d));
+  tpu_val_t aa = tpu_eig_max(b, ad, diff), bb = tpu_eig_min(b, ad, diff), s = tpu_nn_add(b, aa, ab);
+  tpu_val_t lhs = tpu_nn_mul(b, ba, tpu_eig_div(b, ab, s));
+  tpu_val_t rhs = tpu_eig_max(b, tpu_ops_like(b, s, c->smlnum), tpu_nn_mulc(b, tpu_nn_mul(b, bb, tpu_eig_div(b, aa, s)), c->ulp));
+  tpu_val_t small = tpu_eig_or(b, tpu_eig_cmp(b, "LE", h, tpu_ops_like(b, h, c->smlnum)),
+                               tpu_eig_and(b, tpu_eig_cmp(b, "LE", h, tpu_nn_mulc(b, tst, c->ulp)),
+                                           tpu_eig_cmp(b, "LE", lhs, rhs)));
+  tpu_val_t idx = tpu_eig_iota(b, d, 1);
+  tpu_aval_t ia = *tpu_b_aval(b, idx);
+  tpu_val_t valid = tpu_eig_and(b, tpu_eig_cmp(b, "GE", idx, tpu_b_full(b, &ia, 1)),
+                                tpu_eig_cmp(b, "LE", idx, tpu_mx_bcast_batch(b, i, &ia)));
+  int64_t last = 1;
+  return tpu_b_reduce(b, tpu_b_select(b, tpu_eig_and(b, small, valid), idx, tpu_b_full(b, &ia, 0)),
+                      tpu_b_const_i(b, TPU_I32, 0), 1, &last, "stablehlo.maximum");
+}
+
+/* dlahqr's shifts for window [l, i] after kdefl iterations without a
+ * deflation: the double shift is rtr +- i rti (a real double shift repeats the
+ * eigenvalue of the trailing 2 x 2 block nearer its last entry). */
+static void tpu_eig_shifts(tpu_builder_t* b, tpu_val_t d, tpu_val_t sub, tpu_val_t sup, tpu_val_t i, tpu_val_t l,
+                           tpu_val_t kdefl, tpu_val_t* rtr, tpu_val_t* rti) {
+  tpu_val_t one = tpu_ops_like(b, i, 1), two = tpu_nn_add(b, one, one);
+  tpu_val_t im1 = tpu_nn_sub(b, i, one), l1 = tpu_nn_add(b, l, one), l2 = tpu_nn_add(b, l, two);
+  tpu_val_t di = tpu_eig_at(b, d, i), si = tpu_eig_at(b, sub, i);
+  tpu_val_t rem20 = tpu_b_binary(b, "stablehlo.remainder", kdefl, tpu_ops_like(b, kdefl, 20));
+  tpu_val_t rem10 = tpu_b_binary(b, "stablehlo.remainder", kdefl, tpu_ops_like(b, kdefl, 10));
+  tpu_val_t at_i = tpu_eig_cmp(b, "EQ", rem20, tpu_ops_like(b, rem20, 0));
+  tpu_val_t exc = tpu_eig_cmp(b, "EQ", rem10, tpu_ops_like(b, rem10, 0));
+  /* exceptional: h11 = h22 = 3/4 s + H(i,i) (or H(l,l)), h12 = -0.4375 s, h21 = s */
+  tpu_val_t se = tpu_b_select(b, at_i, tpu_nn_add(b, tpu_eig_abs(b, si), tpu_eig_abs(b, tpu_eig_at(b, sub, im1))),
+                              tpu_nn_add(b, tpu_eig_abs(b, tpu_eig_at(b, sub, l1)), tpu_eig_abs(b, tpu_eig_at(b, sub, l2))));
+  tpu_val_t ex11 = tpu_nn_add(b, tpu_nn_mulc(b, se, 0.75), tpu_b_select(b, at_i, di, tpu_eig_at(b, d, l)));
+  tpu_val_t h11 = tpu_b_select(b, exc, ex11, tpu_eig_at(b, d, im1));
+  tpu_val_t h12 = tpu_b_select(b, exc, tpu_nn_mulc(b, se, -0.4375), tpu_eig_at(b, sup, i));
+  tpu_val_t h21 = tpu_b_select(b, exc, se, si), h22 = tpu_b_select(b, exc, ex11, di);
+  tpu_val_t s = tpu_nn_add(b, tpu_nn_add(b, tpu_eig_abs(b, h11), tpu_eig_abs(b, h12)),
+                           tpu_nn_add(b, tpu_eig_abs(b, h21), tpu_eig_abs(b, h22)));
+  tpu_val_t s1 = tpu_b_select(b, tpu_eig_cmp(b, "EQ", s, tpu_ops_like(b, s, 0)), tpu_ops_like(b, s, 1), s);
+  h11 = tpu_nn_div(b, h11, s1);
+  h12 = tpu_nn_div(b, h12, s1);
+  h21 = tpu_nn_div(b, h21, s1);
+  h22 = tpu_nn_div(b, h22, s1);
+  tpu_val_t tr = tpu_nn_mulc(b, tpu_nn_add(b, h11, h22), 0.5);
+  tpu_val_t det = tpu_nn_sub(b, tpu_nn_mul(b, tpu_nn_sub(b, h11, tr), tpu_nn_sub(b, h22, tr)), tpu_nn_mul(b, h12, h21));
+  tpu_val_t rtd = tpu_eig_sqrt(b, tpu_eig_abs(b, det));
+  tpu_val_t cplx = tpu_eig_cmp(b, "GE", det, tpu_ops_like(b, det, 0));
+  tpu_val_t a1 = tpu_nn_add(b, tr, rtd), a2 = tpu_nn_sub(b, tr, rtd);
+  tpu_val_t near = tpu_b_select(b, tpu_eig_cmp(b, "LE", tpu_eig_abs(b, tpu_nn_sub(b, a1, h22)),
+                                               tpu_eig_abs(b, tpu_nn_sub(b, a2, h22))), a1, a2);
+  *rtr = tpu_nn_mul(b, tpu_b_select(b, cplx, tr, near), s);
+  *rti = tpu_b_select(b, cplx, tpu_nn_mul(b, rtd, s), tpu_ops_like(b, s, 0));
+}
+
+/* dlahqr's search for two consecutive small subdiagonal entries: the largest m
+ * in [l, i-2] where the double-shift bulge can start (m = l at the latest),
+ * and the bulge's first column *v (B, 3). */
+static tpu_val_t tpu_eig_bulge_start(tpu_builder_t* b, const tpu_eig_ctx_t* c, tpu_val_t d, tpu_val_t sub, tpu_val_t sup,
+                                     tpu_val_t i, tpu_val_t l, tpu_val_t rtr, tpu_val_t rti, tpu_val_t* v) {
+  tpu_aval_t va = *tpu_b_aval(b, d);
+  tpu_val_t r = tpu_mx_bcast_batch(b, rtr, &va), ri = tpu_mx_bcast_batch(b, rti, &va);
+  tpu_val_t hmm = d, h11 = tpu_eig_shift(b, d, 1), h01 = tpu_eig_shift(b, sup, 1), h10 = tpu_eig_shift(b, sub, 1);
+  tpu_val_t dm = tpu_nn_sub(b, hmm, r);
+  tpu_val_t s = tpu_nn_add(b, tpu_nn_add(b, tpu_eig_abs(b, dm), tpu_eig_abs(b, ri)), tpu_eig_abs(b, h10));
+  tpu_val_t h21s = tpu_eig_div(b, h10, s);
+  tpu_val_t v1 = tpu_nn_add(b, tpu_nn_add(b, tpu_nn_mul(b, h21s, h01), tpu_nn_mul(b, dm, tpu_eig_div(b, dm, s))),
+                            tpu_nn_mul(b, ri, tpu_eig_div(b, ri, s)));
+  tpu_val_t v2 = tpu_nn_mul(b, h21s, tpu_nn_sub(b, tpu_nn_add(b, hmm, h11), tpu_nn_add(b, r, r)));
+  tpu_val_t v3 = tpu_nn_mul(b, h21s, tpu_eig_shift(b, sub, 2));
+  tpu_val_t s2 = tpu_nn_add(b, tpu_nn_add(b, tpu_eig_abs(b, v1), tpu_eig_abs(b, v2)), tpu_eig_abs(b, v3));
+  v1 = tpu_eig_div(b, v1, s2);
+  v2 = tpu_eig_div(b, v2, s2);
+  v3 = tpu_eig_div(b, v3, s2);
+  tpu_val_t h00 = tpu_nn_mul(b, tpu_eig_abs(b, sub), tpu_nn_add(b, tpu_eig_abs(b, v2), tpu_eig_abs(b, v3)));
+  tpu_val_t around = tpu_nn_add(b, tpu_nn_add(b, tpu_eig_abs(b, tpu_eig_shift(b, d, -1)), tpu_eig_abs(b, hmm)),
+                                tpu_eig_abs(b, h11));
+  tpu_val_t h0 = tpu_nn_mul(b, tpu_eig_abs(b, v1), around);
+  tpu_val_t idx = tpu_eig_iota(b, d, 1);
+  tpu_aval_t ia = *tpu_b_aval(b, idx);
+  tpu_val_t lv = tpu_mx_bcast_batch(b, l, &ia), i2 = tpu_nn_sub(b, tpu_mx_bcast_batch(b, i, &ia), tpu_b_full(b, &ia, 2));
+  tpu_val_t stop = tpu_eig_or(b, tpu_eig_cmp(b, "EQ", idx, lv), tpu_eig_cmp(b, "LE", h00, tpu_nn_mulc(b, h0, c->ulp)));
+  tpu_val_t ok = tpu_eig_and(b, stop, tpu_eig_and(b, tpu_eig_cmp(b, "GE", idx, lv), tpu_eig_cmp(b, "LE", idx, i2)));
+  int64_t last = 1;
+  tpu_val_t m = tpu_b_reduce(b, tpu_b_select(b, ok, idx, tpu_b_full(b, &ia, -1)), tpu_b_const_i(b, TPU_I32, -1), 1, &last,
+                             "stablehlo.maximum");
+  tpu_val_t vm[3] = {tpu_eig_at(b, v1, m), tpu_eig_at(b, v2, m), tpu_eig_at(b, v3, m)};
+  *v = tpu_mx_columns(b, 3, vm);
+  return m;
+}
+
+/* The slice of x (B, R, C) of `size` rows (dim 1) or columns (dim 2) from k (0-d). */
+static tpu_val_t tpu_eig_band(tpu_builder_t* b, tpu_val_t x, int dim, tpu_val_t k, int64_t size) {
+  tpu_aval_t a = *tpu_b_aval(b, x);
+  tpu_val_t z = tpu_b_const_i(b, TPU_I32, 0), starts[3] = {z, dim == 1 ? k : z, dim == 2 ? k : z};
+  a.dims[dim] = size;
+  return tpu_b_dynamic_slice(b, x, starts, a.dims);
+}
+static tpu_val_t tpu_eig_put_band(tpu_builder_t* b, tpu_val_t x, tpu_val_t band, int dim, tpu_val_t k) {
+  tpu_val_t z = tpu_b_const_i(b, TPU_I32, 0), starts[3] = {z, dim == 1 ? k : z, dim == 2 ? k : z};
+  return tpu_b_dynamic_update_slice(b, x, band, starts);
+}
+
+/* One step of the double-shift bulge chase at row k = ks + counter (dlahqr's
+ * loop 130), for every matrix whose window has m <= k <= i - 1. Carry: H, Z,
+ * P (B, 4) i32 = (m, i, l, sweeping), V (B, 3) the bulge's first column, ks. */
+static void tpu_eig_chase_step(tpu_builder_t* b, void* ctx, tpu_val_t cnt, const tpu_val_t* in, tpu_val_t* out) {
+  const tpu_eig_ctx_t* c = ctx;
+  tpu_val_t H = in[0], P = in[2], V0 = in[3], ks = in[4];
+  int64_t B = tpu_b_aval(b, H)->dims[0];
+  tpu_val_t k = tpu_nn_add(b, ks, cnt), kb = tpu_eig_bk(b, k, B), one = tpu_ops_like(b, kb, 1);
+  tpu_val_t m = tpu_mx_column(b, P, 0), i = tpu_mx_column(b, P, 1), l = tpu_mx_column(b, P, 2);
+  tpu_val_t im1 = tpu_nn_sub(b, i, one);
+  tpu_val_t act = tpu_eig_and(b, tpu_eig_cmp(b, "NE", tpu_mx_column(b, P, 3), tpu_ops_like(b, kb, 0)),
+                              tpu_eig_and(b, tpu_eig_cmp(b, "LE", m, kb), tpu_eig_cmp(b, "LE", kb, im1)));
+  tpu_val_t first = tpu_eig_cmp(b, "EQ", kb, m), nr3 = tpu_eig_cmp(b, "LT", kb, im1);
+  tpu_val_t R = tpu_eig_band(b, H, 1, k, 3); /* rows k..k+2, (B, 3, N) */
+  tpu_aval_t ra = *tpu_b_aval(b, R);
+  tpu_val_t ci = tpu_eig_iota(b, R, 2), kr = tpu_b_broadcast_in_dim(b, k, 3, ra.dims, NULL);
+  tpu_val_t on_prev = tpu_eig_cmp(b, "EQ", ci, tpu_nn_sub(b, kr, tpu_ops_like(b, kr, 1)));
+  tpu_val_t xprev = tpu_mx_pick(b, on_prev, R, 2); /* H(k..k+2, k-1), (B, 3) */
+  tpu_aval_t xa = *tpu_b_aval(b, xprev);
+  tpu_val_t x = tpu_b_select(b, tpu_mx_bcast_batch(b, first, &xa), V0, xprev);
+  tpu_val_t ri = tpu_eig_iota(b, x, 1);
+  tpu_val_t drop3 = tpu_eig_and(b, tpu_eig_cmp(b, "EQ", ri, tpu_b_full(b, tpu_b_aval(b, ri), 2)),
+                                tpu_eig_not(b, tpu_mx_bcast_batch(b, nr3, &xa)));
+  x = tpu_b_select(b, drop3, tpu_b_full(b, &xa, 0), x);
+  tpu_qr_reflector_t h = tpu_qr_larfg(b, x, tpu_eig_cmp(b, "EQ", ri, tpu_b_full(b, tpu_b_aval(b, ri), 0)),
+                                      tpu_eig_cmp(b, "GT", ri, tpu_b_full(b, tpu_b_aval(b, ri), 0)));
+  tpu_aval_t ba = *tpu_b_aval(b, h.tau);
+  tpu_val_t tau = tpu_b_select(b, act, h.tau, tpu_b_full(b, &ba, 0));
+  /* rows: columns >= k (left of k the rows are zero but for column k - 1, set below) */
+  tpu_val_t Rn = tpu_b_select(b, tpu_eig_cmp(b, "GE", ci, kr), tpu_eig_reflect(b, R, h.v, tau, 1), R);
+  /* column k - 1: (beta, 0, 0) after the first step; dlahqr scales H(m, m-1) by 1 - tau at the first */
+  tpu_val_t put = tpu_eig_and(b, act, tpu_eig_not(b, first));
+  tpu_val_t scale = tpu_eig_and(b, tpu_eig_and(b, act, first), tpu_eig_cmp(b, "GT", m, l));
+  tpu_val_t top = tpu_eig_cmp(b, "EQ", ri, tpu_b_full(b, tpu_b_aval(b, ri), 0));
+  tpu_val_t scaled = tpu_b_select(b, top, tpu_nn_mul(b, xprev, tpu_mx_bcast_batch(b, tpu_nn_sub(b, tpu_ops_like(b, tau, 1), tau), &xa)), xprev);
+  tpu_val_t beta0 = tpu_b_select(b, top, tpu_mx_bcast_batch(b, h.beta, &xa), tpu_b_full(b, &xa, 0));
+  tpu_val_t colv = tpu_b_select(b, tpu_mx_bcast_batch(b, put, &xa), beta0,
+                                tpu_b_select(b, tpu_mx_bcast_batch(b, scale, &xa), scaled, xprev));
+  Rn = tpu_b_select(b, on_prev, tpu_mx_bcast_vec(b, colv, &ra, false), Rn);
+  H = tpu_eig_put_band(b, H, Rn, 1, k);
+  /* columns k..k+2 of every row (rows past min(k + 3, i) are zero there) */
+  H = tpu_eig_put_band(b, H, tpu_eig_reflect(b, tpu_eig_band(b, H, 2, k, 3), h.v, tau, 2), 2, k);
+  out[0] = H;
+  out[1] = c->vectors ? tpu_eig_put_band(b, in[1], tpu_eig_reflect(b, tpu_eig_band(b, in[1], 2, k, 3), h.v, tau, 2), 2, k)
+                      : in[1];
+  for (int j = 2; j < 6; j++) out[j] = in[j];
+}
+
+static tpu_val_t tpu_eig_chase_cond(tpu_builder_t* b, void* ctx, tpu_val_t cnt, const tpu_val_t* in) {
+  (void)ctx;
+  return tpu_eig_cmp(b, "LE", tpu_nn_add(b, in[4], cnt), in[5]);
+}
+
+/* The chase for every sweeping matrix, k over [min m, max i - 1] of those. */
+static void tpu_eig_chase(tpu_builder_t* b, const tpu_eig_ctx_t* c, tpu_val_t* H, tpu_val_t* Z, tpu_val_t sweep,
+                          tpu_val_t m, tpu_val_t i, tpu_val_t l, tpu_val_t v) {
+  tpu_val_t sw = tpu_b_convert(b, sweep, TPU_I32), cols[4] = {m, i, l, sw};
+  tpu_aval_t ia = *tpu_b_aval(b, m);
+  int64_t last = 0;
+  tpu_val_t big = tpu_b_full(b, &ia, (double)c->N);
+  tpu_val_t ks = tpu_b_reduce(b, tpu_b_select(b, sweep, m, big), tpu_b_const_i(b, TPU_I32, (int64_t)c->N), 1, &last,
+                              "stablehlo.minimum");
+  tpu_val_t ke = tpu_b_reduce(b, tpu_b_select(b, sweep, tpu_nn_sub(b, i, tpu_ops_like(b, i, 1)), tpu_b_full(b, &ia, -1)),
+                              tpu_b_const_i(b, TPU_I32, -1), 1, &last, "stablehlo.maximum");
+  tpu_val_t init[6] = {*H, *Z, tpu_mx_columns(b, 4, cols), v, ks, ke}, res[6];
+  tpu_mx_while(b, c->n, 6, init, tpu_eig_chase_cond, tpu_eig_chase_step, (void*)c, res, NULL);
+  *H = res[0];
+  *Z = res[1];
+}
+
+/* One iteration of dlahqr for every matrix still running: deflate at the
+ * bottom of its window, or chase one bulge. Carry: H, Z, S (B, 4) i32 =
+ * (i, its, kdefl, failed at: i + 1 or 0); i = -1 when done. */
+static void tpu_eig_qr_step(tpu_builder_t* b, void* ctx, tpu_val_t cnt, const tpu_val_t* in, tpu_val_t* out) {
+  (void)cnt;
+  const tpu_eig_ctx_t* c = ctx;
+  tpu_val_t H = in[0], Z = in[1], S = in[2];
+  tpu_val_t i = tpu_mx_column(b, S, 0), its = tpu_mx_column(b, S, 1), kdefl = tpu_mx_column(b, S, 2);
+  tpu_val_t fail = tpu_mx_column(b, S, 3);
+  tpu_val_t zero = tpu_ops_like(b, i, 0), one = tpu_ops_like(b, i, 1);
+  tpu_val_t d, sub, sup;
+  tpu_eig_diagonals(b, H, &d, &sub, &sup);
+  tpu_val_t active = tpu_eig_cmp(b, "GE", i, zero);
+  tpu_val_t l = tpu_eig_deflation_point(b, c, d, sub, sup, i);
+  /* H(l, l-1) = 0 */
+  tpu_aval_t m = *tpu_b_aval(b, H);
+  tpu_val_t lm = tpu_mx_bcast_batch(b, l, &m);
+  tpu_val_t cut = tpu_eig_and(b, tpu_eig_and(b, tpu_eig_cmp(b, "EQ", tpu_eig_iota(b, H, 1), lm),
+                                             tpu_eig_cmp(b, "EQ", tpu_eig_iota(b, H, 2), tpu_nn_sub(b, lm, tpu_ops_like(b, lm, 1)))),
+                              tpu_mx_bcast_batch(b, active, &m));
+  H = tpu_b_select(b, cut, tpu_b_full(b, &m, 0), H);
+  tpu_val_t conv = tpu_eig_and(b, active, tpu_eig_cmp(b, "GE", l, tpu_nn_sub(b, i, one)));
+  tpu_val_t sweep = tpu_eig_and(b, active, tpu_eig_not(b, conv));
+  tpu_val_t its1 = tpu_b_select(b, sweep, tpu_nn_add(b, its, one), zero);
+  tpu_val_t kdefl1 = tpu_b_select(b, sweep, tpu_nn_add(b, kdefl, one), zero);
+  tpu_val_t failed = tpu_eig_and(b, sweep, tpu_eig_cmp(b, "GT", its1, tpu_ops_like(b, its1, (double)c->itmax)));
+  sweep = tpu_eig_and(b, sweep, tpu_eig_not(b, failed));
+  tpu_val_t i1 = tpu_b_select(b, conv, tpu_nn_sub(b, l, one), tpu_b_select(b, failed, tpu_ops_like(b, i, -1), i));
+  tpu_val_t fail1 = tpu_b_select(b, failed, tpu_nn_add(b, i, one), fail);
+  tpu_val_t rtr, rti, v;
+  tpu_eig_shifts(b, d, sub, sup, i, l, kdefl1, &rtr, &rti);
+  tpu_val_t mstart = tpu_eig_bulge_start(b, c, d, sub, sup, i, l, rtr, rti, &v);
+  tpu_eig_chase(b, c, &H, &Z, sweep, mstart, i, l, v);
+  tpu_val_t st[4] = {i1, its1, kdefl1, fail1};
+  out[0] = H;
+  out[1] = Z;
+  out[2] = tpu_mx_columns(b, 4, st);
+}
+
+static tpu_val_t tpu_eig_qr_cond(tpu_builder_t* b, void* ctx, tpu_val_t cnt, const tpu_val_t* in) {
+  (void)ctx;
+  (void)cnt;
+  tpu_val_t i = tpu_mx_column(b, in[2], 0);
+  return tpu_mx_any(b, tpu_eig_cmp(b, "GE", i, tpu_ops_like(b, i, 0)));
+}
+
+/* ------------------------------------------------ 3. standard 2 x 2 blocks */
+
+/* dlanv2's general case when the eigenvalues are complex or nearly equal: a
+ * rotation making the diagonal entries equal, then a real pair (off-diagonal
+ * entries of one sign) made triangular, and b = 0 a swap. */
+static void tpu_eig_lanv2_equal(tpu_builder_t* b, const tpu_val_t* blk, tpu_val_t* out, tpu_val_t* cs, tpu_val_t* sn) {
+  tpu_val_t a = blk[0], bb = blk[1], cc = blk[2], dd = blk[3];
+  tpu_val_t z0 = tpu_ops_like(b, a, 0), one = tpu_ops_like(b, a, 1);
+  tpu_val_t temp = tpu_nn_sub(b, a, dd), p = tpu_nn_mulc(b, temp, 0.5);
+  tpu_val_t sigma = tpu_nn_add(b, bb, cc), tau = tpu_eig_hypot(b, sigma, temp);
+  tpu_val_t ccs = tpu_eig_sqrt(b, tpu_nn_mulc(b, tpu_nn_addc(b, tpu_eig_div(b, tpu_eig_abs(b, sigma), tau), 1), 0.5));
+  tpu_val_t csn = tpu_nn_mul(b, tpu_b_unary(b, "stablehlo.negate", tpu_eig_div(b, p, tpu_nn_mul(b, tau, ccs))),
+                             tpu_eig_sign(b, one, sigma));
+  tpu_val_t aa = tpu_nn_add(b, tpu_nn_mul(b, a, ccs), tpu_nn_mul(b, bb, csn));
+  tpu_val_t b1 = tpu_nn_sub(b, tpu_nn_mul(b, bb, ccs), tpu_nn_mul(b, a, csn));
+  tpu_val_t c1 = tpu_nn_add(b, tpu_nn_mul(b, cc, ccs), tpu_nn_mul(b, dd, csn));
+  tpu_val_t d1 = tpu_nn_sub(b, tpu_nn_mul(b, dd, ccs), tpu_nn_mul(b, cc, csn));
+  tpu_val_t b2 = tpu_nn_add(b, tpu_nn_mul(b, b1, ccs), tpu_nn_mul(b, d1, csn));
+  tpu_val_t c2 = tpu_nn_sub(b, tpu_nn_mul(b, c1, ccs), tpu_nn_mul(b, aa, csn));
+  tpu_val_t mid = tpu_nn_mulc(b, tpu_nn_add(b, tpu_nn_add(b, tpu_nn_mul(b, aa, ccs), tpu_nn_mul(b, c1, csn)),
+                                            tpu_nn_sub(b, tpu_nn_mul(b, d1, ccs), tpu_nn_mul(b, b1, csn))), 0.5);
+  /* ... then a real pair (b2, c2 of one sign) becomes triangular, and b2 = 0 swaps */
+  tpu_val_t c2z = tpu_eig_cmp(b, "EQ", c2, z0), b2z = tpu_eig_cmp(b, "EQ", b2, z0);
+  tpu_val_t same = tpu_eig_and(b, tpu_eig_not(b, c2z), tpu_eig_and(b, tpu_eig_not(b, b2z),
+                               tpu_eig_cmp(b, "EQ", tpu_eig_sign(b, one, b2), tpu_eig_sign(b, one, c2))));
+  tpu_val_t swap = tpu_eig_and(b, tpu_eig_not(b, c2z), b2z);
+  tpu_val_t sab = tpu_eig_sqrt(b, tpu_eig_abs(b, b2)), sac = tpu_eig_sqrt(b, tpu_eig_abs(b, c2));
+  tpu_val_t pp = tpu_eig_sign(b, tpu_nn_mul(b, sab, sac), c2);
+  tpu_val_t tau2 = tpu_eig_div(b, one, tpu_eig_sqrt(b, tpu_eig_abs(b, tpu_nn_add(b, b2, c2))));
+  tpu_val_t cs1 = tpu_nn_mul(b, sab, tau2), sn1 = tpu_nn_mul(b, sac, tau2);
+  tpu_val_t r[4] = {tpu_b_select(b, same, tpu_nn_add(b, mid, pp), mid),
+                        tpu_b_select(b, same, tpu_nn_sub(b, b2, c2), tpu_b_select(b, swap, tpu_b_unary(b, "stablehlo.negate", c2), b2)),
+                        tpu_b_select(b, tpu_eig_or(b, same, swap), z0, c2),
+                        tpu_b_select(b, same, tpu_nn_sub(b, mid, pp), mid)};
+  *cs = tpu_b_select(b, same, tpu_nn_sub(b, tpu_nn_mul(b, ccs, cs1), tpu_nn_mul(b, csn, sn1)),
+                                tpu_b_select(b, swap, tpu_b_unary(b, "stablehlo.negate", csn), ccs));
+  *sn = tpu_b_select(b, same, tpu_nn_add(b, tpu_nn_mul(b, ccs, sn1), tpu_nn_mul(b, csn, cs1)),
+                                tpu_b_select(b, swap, ccs, csn));
+  for (int j = 0; j < 4; j++) out[j] = r[j];
+}
+
+/* dlanv2 on the blocks [[a, bb], [cc, dd]] (B each): the standardised block
+ * (out[0..3]), the rotation (cs, sn) and the imaginary part rti >= 0. */
+static void tpu_eig_lanv2(tpu_builder_t* b, const tpu_eig_ctx_t* c, const tpu_val_t* blk, tpu_val_t* out,
+                          tpu_val_t* cs, tpu_val_t* sn, tpu_val_t* rti) {
+  tpu_val_t a = blk[0], bb = blk[1], cc = blk[2], dd = blk[3];
+  tpu_val_t z0 = tpu_ops_like(b, a, 0), one = tpu_ops_like(b, a, 1);
+  tpu_val_t c0 = tpu_eig_cmp(b, "EQ", cc, z0), b0 = tpu_eig_cmp(b, "EQ", bb, z0);
+  tpu_val_t sgn_differ = tpu_eig_cmp(b, "NE", tpu_eig_sign(b, one, bb), tpu_eig_sign(b, one, cc));
+  tpu_val_t std = tpu_eig_and(b, tpu_eig_cmp(b, "EQ", tpu_nn_sub(b, a, dd), z0), sgn_differ);
+  /* the general case */
+  tpu_val_t temp = tpu_nn_sub(b, a, dd), p = tpu_nn_mulc(b, temp, 0.5);
+  tpu_val_t bcmax = tpu_eig_max(b, tpu_eig_abs(b, bb), tpu_eig_abs(b, cc));
+  tpu_val_t bcmis = tpu_nn_mul(b, tpu_nn_mul(b, tpu_eig_min(b, tpu_eig_abs(b, bb), tpu_eig_abs(b, cc)), tpu_eig_sign(b, one, bb)),
+                               tpu_eig_sign(b, one, cc));
+  tpu_val_t scale = tpu_eig_max(b, tpu_eig_abs(b, p), bcmax);
+  tpu_val_t z = tpu_nn_add(b, tpu_nn_mul(b, tpu_eig_div(b, p, scale), p), tpu_nn_mul(b, tpu_eig_div(b, bcmax, scale), bcmis));
+  tpu_val_t real = tpu_eig_cmp(b, "GE", z, tpu_ops_like(b, z, 4 * c->ulp));
+  /* real eigenvalues: an upper triangular block */
+  tpu_val_t zr = tpu_nn_add(b, p, tpu_eig_sign(b, tpu_nn_mul(b, tpu_eig_sqrt(b, scale), tpu_eig_sqrt(b, tpu_eig_abs(b, z))), p));
+  tpu_val_t tau_r = tpu_eig_hypot(b, cc, zr);
+  tpu_val_t r_out[4] = {tpu_nn_add(b, dd, zr), tpu_nn_sub(b, bb, cc), z0,
+                        tpu_nn_sub(b, dd, tpu_nn_mul(b, tpu_eig_div(b, bcmax, zr), bcmis))};
+  tpu_val_t r_cs = tpu_eig_div(b, zr, tau_r), r_sn = tpu_eig_div(b, cc, tau_r);
+  tpu_val_t x_out[4], x_cs, x_sn;
+  tpu_eig_lanv2_equal(b, blk, x_out, &x_cs, &x_sn);
+  /* the cases in dlanv2's order: c = 0, b = 0, already standard, real, complex */
+  tpu_val_t keep = tpu_eig_or(b, c0, std);
+  tpu_val_t swap0 = tpu_eig_and(b, tpu_eig_not(b, c0), b0);
+  tpu_val_t in_swap[4] = {dd, tpu_b_unary(b, "stablehlo.negate", cc), z0, a};
+  for (int j = 0; j < 4; j++)
+    out[j] = tpu_b_select(b, keep, blk[j], tpu_b_select(b, swap0, in_swap[j], tpu_b_select(b, real, r_out[j], x_out[j])));
+  *cs = tpu_b_select(b, keep, one, tpu_b_select(b, swap0, z0, tpu_b_select(b, real, r_cs, x_cs)));
+  *sn = tpu_b_select(b, keep, z0, tpu_b_select(b, swap0, one, tpu_b_select(b, real, r_sn, x_sn)));
+  tpu_val_t cz = tpu_eig_cmp(b, "EQ", out[2], z0);
+  *rti = tpu_b_select(b, cz, z0, tpu_nn_mul(b, tpu_eig_sqrt(b, tpu_eig_abs(b, out[1])), tpu_eig_sqrt(b, tpu_eig_abs(b, out[2]))));
+}
+
+/* (p, q) <- (m0 p + m1 q, m2 p + m3 q) for the rows (dim 1) or columns (dim 2)
+ * k, k+1 of x, per-batch coefficients m (B each): dlanv2's rotations (drot:
+ * cs, sn, -sn, cs) and the complex triangularisation's unitary transforms. */
+static tpu_val_t tpu_eig_mix(tpu_builder_t* b, tpu_val_t x, int dim, tpu_val_t k, const tpu_val_t* m) {
+  tpu_val_t band = tpu_eig_band(b, x, dim, k, 2);
+  tpu_val_t p = tpu_mx_slice(b, band, dim, 0, 1), q = tpu_mx_slice(b, band, dim, 1, 2);
+  tpu_aval_t pa = *tpu_b_aval(b, p);
+  tpu_val_t mb[4];
+  for (int j = 0; j < 4; j++) mb[j] = tpu_mx_bcast_batch(b, m[j], &pa);
+  tpu_val_t np[2] = {tpu_nn_add(b, tpu_nn_mul(b, mb[0], p), tpu_nn_mul(b, mb[1], q)),
+                     tpu_nn_add(b, tpu_nn_mul(b, mb[2], p), tpu_nn_mul(b, mb[3], q))};
+  return tpu_eig_put_band(b, x, tpu_b_concat(b, 2, np, dim), dim, k);
+}
+
+/* Step k of the standardisation pass. Carry: H, Z, wi (B, N). */
+static void tpu_eig_std_step(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_val_t* in, tpu_val_t* out) {
+  const tpu_eig_ctx_t* c = ctx;
+  tpu_val_t H = in[0];
+  int64_t B = tpu_b_aval(b, H)->dims[0], d2[3] = {B, 2, 2};
+  tpu_val_t z = tpu_b_const_i(b, TPU_I32, 0), st[3] = {z, k, k};
+  tpu_val_t blk4 = tpu_b_dynamic_slice(b, H, st, d2);
+  tpu_val_t blk[4], nb[4], cs, sn, rti;
+  int64_t f4[2] = {B, 4};
+  tpu_val_t flat = tpu_b_reshape(b, blk4, 2, f4);
+  for (int j = 0; j < 4; j++) blk[j] = tpu_mx_column(b, flat, j);
+  tpu_eig_lanv2(b, c, blk, nb, &cs, &sn, &rti);
+  tpu_val_t rot[4] = {cs, sn, tpu_b_unary(b, "stablehlo.negate", sn), cs};
+  H = tpu_eig_mix(b, tpu_eig_mix(b, H, 1, k, rot), 2, k, rot);
+  out[0] = tpu_b_dynamic_update_slice(b, H, tpu_b_reshape(b, tpu_mx_columns(b, 4, nb), 3, d2), st);
+  out[1] = c->vectors ? tpu_eig_mix(b, in[1], 2, k, rot) : in[1];
+  tpu_val_t blkw = tpu_eig_cmp(b, "NE", blk[2], tpu_ops_like(b, blk[2], 0));
+  tpu_val_t k1 = tpu_nn_add(b, k, tpu_b_const_i(b, TPU_I32, 1));
+  tpu_val_t wi = tpu_mx_put(b, in[2], k, tpu_b_select(b, blkw, rti, tpu_mx_take(b, in[2], 1, k)));
+  out[2] = tpu_mx_put(b, wi, k1, tpu_b_select(b, blkw, tpu_b_unary(b, "stablehlo.negate", rti), tpu_mx_take(b, wi, 1, k1)));
+}
+
+/* ------------------------------------------------------- 4. eigenvectors */
+
+/* Step k of the complex triangularisation: a block with wi[k] > 0, standard
+ * [[a, bb], [cc, a]], has the eigenvector (bb, i s) for a + i s (s = wi[k]);
+ * G = [[c, i g], [i g, c]] (c = bb / r, g = s / r) is unitary with it as
+ * first column, and G^H T G is triangular there. Carry: T, Z (B, n, n)
+ * complex, wi (B, n). */
+static void tpu_eig_cschur_step(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_val_t* in, tpu_val_t* out) {
+  (void)ctx;
+  tpu_val_t T = in[0], wi = in[2];
+  int64_t B = tpu_b_aval(b, T)->dims[0], d2[3] = {B, 2, 2};
+  tpu_val_t s = tpu_mx_take(b, wi, 1, k), z0 = tpu_ops_like(b, s, 0);
+  tpu_val_t blkw = tpu_eig_cmp(b, "GT", s, z0);
+  tpu_val_t zi = tpu_b_const_i(b, TPU_I32, 0), st[3] = {zi, k, k};
+  int64_t f4[2] = {B, 4};
+  tpu_val_t flat = tpu_b_reshape(b, tpu_b_dynamic_slice(b, T, st, d2), 2, f4);
+  tpu_val_t a = tpu_ops_part(b, tpu_mx_column(b, flat, 0), false), bb = tpu_ops_part(b, tpu_mx_column(b, flat, 1), false);
+  tpu_val_t r = tpu_eig_hypot(b, bb, s);
+  tpu_val_t cr = tpu_b_select(b, blkw, tpu_eig_div(b, bb, r), tpu_ops_like(b, s, 1));
+  tpu_val_t g = tpu_b_select(b, blkw, tpu_eig_div(b, s, r), z0);
+  tpu_val_t cc = tpu_ops_complex(b, cr, z0), ig = tpu_ops_complex(b, z0, g), mig = tpu_ops_complex(b, z0, tpu_b_unary(b, "stablehlo.negate", g));
+  /* rows by G^H = [[c, -i g], [-i g, c]]; columns (of T and Z) by G */
+  tpu_val_t rows[4] = {cc, mig, mig, cc}, cols[4] = {cc, ig, ig, cc};
+  out[0] = tpu_eig_mix(b, tpu_eig_mix(b, T, 1, k, rows), 2, k, cols);
+  out[1] = tpu_eig_mix(b, in[1], 2, k, cols);
+  tpu_val_t lam[4] = {tpu_ops_complex(b, a, s), tpu_mx_column(b, flat, 1), tpu_ops_complex(b, z0, z0),
+                      tpu_ops_complex(b, a, tpu_b_unary(b, "stablehlo.negate", s))};
+  tpu_val_t blk = tpu_eig_band(b, tpu_eig_band(b, out[0], 1, k, 2), 2, k, 2);
+  tpu_val_t fixed = tpu_b_reshape(b, tpu_mx_columns(b, 4, lam), 3, d2);
+  tpu_aval_t ba = *tpu_b_aval(b, blk);
+  /* the new (k, k+1) entry is what the rotation made it; the rest are exact */
+  tpu_val_t ri = tpu_eig_iota(b, blk, 1), ci = tpu_eig_iota(b, blk, 2);
+  tpu_val_t upper = tpu_eig_and(b, tpu_eig_cmp(b, "EQ", ri, tpu_b_full(b, tpu_b_aval(b, ri), 0)),
+                                tpu_eig_cmp(b, "EQ", ci, tpu_b_full(b, tpu_b_aval(b, ci), 1)));
+  fixed = tpu_b_select(b, upper, blk, fixed);
+  blk = tpu_b_select(b, tpu_mx_bcast_batch(b, blkw, &ba), fixed, blk);
+  out[0] = tpu_b_dynamic_update_slice(b, out[0], blk, st);
+  out[2] = wi;
+}
+
+/* Row j = n - 1 - cnt of X, the eigenvectors of the upper triangular T (all
+ * eigenvalues w at once, X upper triangular with unit diagonal): X[j, i] =
+ * -(T[j, j+1:] X[j+1:, i]) / (T[j, j] - w[i]) for i > j. A pivot below smin
+ * is raised to it; a column whose entry would pass `big` is scaled down first
+ * (its direction is all that matters). Carry: T, X (B, n, n), w (B, n). */
+static void tpu_eig_trevc_step(tpu_builder_t* b, void* ctx, tpu_val_t cnt, const tpu_val_t* in, tpu_val_t* out) {
+  const tpu_eig_ctx_t* c = ctx;
+  tpu_val_t T = in[0], X = in[1], w = in[2];
+  tpu_aval_t m = *tpu_b_aval(b, X), v = tpu_mx_drop(&m, 1), rv = tpu_mx_retype(&v, c->t);
+  tpu_val_t j = tpu_nn_sub(b, tpu_b_const_i(b, TPU_I32, (int32_t)c->n - 1), cnt);
+  tpu_val_t row = tpu_mx_take(b, T, 1, j), ci = tpu_eig_iota(b, row, 1);
+  tpu_aval_t ia = *tpu_b_aval(b, ci);
+  tpu_val_t jv = tpu_b_broadcast_in_dim(b, j, ia.rank, ia.dims, NULL);
+  tpu_val_t right = tpu_eig_cmp(b, "GT", ci, jv);
+  tpu_val_t tm = tpu_b_select(b, right, row, tpu_b_full(b, &v, 0));
+  int64_t bd = 0, ct = 1, cx = 1;
+  tpu_val_t r = tpu_b_dot_general(b, tm, X, 1, &bd, &bd, 1, &ct, &cx, m.dtype); /* (B, n) */
+  tpu_val_t dv = tpu_nn_sub(b, tpu_mx_bcast_batch(b, tpu_mx_take(b, row, 1, j), &v), w);
+  tpu_val_t wa = tpu_nn_add(b, tpu_eig_abs(b, tpu_ops_part(b, w, false)), tpu_eig_abs(b, tpu_ops_part(b, w, true)));
+  tpu_val_t smin = tpu_eig_max(b, tpu_nn_mulc(b, wa, c->ulp), tpu_b_full(b, &rv, c->smlnum));
+  tpu_val_t ad = tpu_eig_abs(b, dv);
+  tpu_val_t tiny = tpu_eig_cmp(b, "LT", ad, smin);
+  dv = tpu_b_select(b, tiny, tpu_ops_complex(b, smin, tpu_b_full(b, &rv, 0)), dv);
+  ad = tpu_eig_max(b, ad, smin);
+  /* |r| / |d| > big: scale the column (and r) by big |d| / |r| */
+  double big = c->t == TPU_F64 ? 1e150 : 1e18;
+  tpu_val_t ar = tpu_eig_abs(b, r), lim = tpu_nn_mulc(b, ad, big);
+  tpu_val_t over = tpu_eig_and(b, right, tpu_eig_cmp(b, "GT", ar, lim));
+  tpu_val_t f = tpu_b_select(b, over, tpu_eig_div(b, lim, ar), tpu_b_full(b, &rv, 1));
+  tpu_val_t fc = tpu_ops_complex(b, f, tpu_b_full(b, &rv, 0));
+  X = tpu_nn_mul(b, X, tpu_mx_bcast_vec(b, fc, &m, true));
+  tpu_val_t x = tpu_b_unary(b, "stablehlo.negate", tpu_nn_div(b, tpu_nn_mul(b, r, fc), dv));
+  tpu_val_t on = tpu_eig_cmp(b, "EQ", ci, jv);
+  x = tpu_b_select(b, right, x, tpu_b_select(b, on, tpu_b_full(b, &v, 1), tpu_b_full(b, &v, 0)));
+  int64_t rd[3] = {m.dims[0], 1, m.dims[2]};
+  tpu_val_t zi = tpu_b_const_i(b, TPU_I32, 0), st[3] = {zi, j, zi};
+  out[0] = T;
+  out[1] = tpu_b_dynamic_update_slice(b, X, tpu_b_reshape(b, x, 3, rd), st);
+  out[2] = w;
+}
+
+/* The eigenvectors V (B, n, n) complex with columns of norm 1, the vector of
+ * a real eigenvalue real, a pair's second vector the conjugate of its first,
+ * whose largest component is made real and positive; wi (B, n). */
+static tpu_val_t tpu_eig_assemble(tpu_builder_t* b, tpu_val_t V, tpu_val_t wi) {
+  tpu_aval_t m = *tpu_b_aval(b, V), wa = *tpu_b_aval(b, wi);
+  int64_t rows = 1;
+  tpu_val_t rz = tpu_b_full(b, &wa, 0), ro = tpu_b_full(b, &wa, 1);
+  /* scale by the largest |entry| first: the sum of squares cannot overflow */
+  tpu_val_t cm = tpu_b_reduce(b, tpu_eig_abs(b, V), tpu_b_const(b, wa.dtype, 0), 1, &rows, "stablehlo.maximum");
+  V = tpu_nn_mul(b, V, tpu_mx_bcast_vec(b, tpu_ops_complex(b, tpu_eig_div(b, ro, cm), rz), &m, true));
+  tpu_val_t av = tpu_eig_abs(b, V);
+  tpu_val_t nrm = tpu_eig_sqrt(b, tpu_mx_sum(b, tpu_nn_mul(b, av, av), 1));
+  V = tpu_nn_mul(b, V, tpu_mx_bcast_vec(b, tpu_ops_complex(b, tpu_eig_div(b, ro, nrm), rz), &m, true));
+  /* the phase of a complex pair's first vector */
+  av = tpu_eig_abs(b, V);
+  tpu_val_t top;
+  tpu_b_argreduce(b, av, 1, true, NULL, &top);
+  tpu_aval_t ia = tpu_mx_retype(&m, tpu_b_dtype(b, top));
+  tpu_val_t hit = tpu_eig_cmp(b, "EQ", tpu_b_iota(b, &ia, 1), tpu_mx_bcast_vec(b, top, &ia, true));
+  tpu_val_t p = tpu_mx_pick(b, hit, V, 1), ap = tpu_eig_abs(b, p);
+  tpu_val_t turn = tpu_eig_and(b, tpu_eig_cmp(b, "GT", wi, rz), tpu_eig_cmp(b, "GT", ap, rz));
+  tpu_val_t ph = tpu_b_select(b, turn, tpu_nn_div(b, tpu_ops_conj(b, p), tpu_ops_complex(b, tpu_b_select(b, turn, ap, ro), rz)),
+                    tpu_ops_complex(b, ro, rz));
+  V = tpu_nn_mul(b, V, tpu_mx_bcast_vec(b, ph, &m, true));
+  /* second of a pair: conj of the column before; real eigenvalue: real vector */
+  int64_t lo[3] = {0, 0, 1}, hi[3] = {0, 0, 0};
+  tpu_val_t prev = tpu_b_pad(b, tpu_mx_slice(b, V, 2, 0, m.dims[2] - 1), tpu_b_const(b, m.dtype, 0), lo, hi, NULL);
+  V = tpu_b_select(b, tpu_mx_bcast_vec(b, tpu_eig_cmp(b, "LT", wi, rz), &ia, true), tpu_ops_conj(b, prev), V);
+  tpu_aval_t rm = tpu_mx_retype(&m, wa.dtype);
+  tpu_val_t realv = tpu_ops_complex(b, tpu_ops_part(b, V, false), tpu_b_full(b, &rm, 0));
+  return tpu_b_select(b, tpu_mx_bcast_vec(b, tpu_eig_cmp(b, "EQ", wi, rz), &ia, true), realv, V);
+}
+
+/* ------------------------------------------------------------- the driver */
+
+/* w (B, n) and, when c->vectors, V (B, n, n), complex, of the real A (B, n, n); n >= 1. */
+static void tpu_eig_run(tpu_builder_t* b, tpu_op_t* op, const tpu_eig_ctx_t* c, tpu_val_t A, tpu_val_t* out_w,
+                        tpu_val_t* out_v) {
+  tpu_aval_t a = *tpu_b_aval(b, A);
+  int64_t B = a.dims[0], n = c->n, N = c->N, lo[3] = {0, 0, 0}, hi[3] = {0, 2, 2};
+  tpu_val_t zero = tpu_b_const(b, c->t, 0);
+  tpu_eig_balance_t bal = tpu_eig_balance(b, A);
+  tpu_val_t H = tpu_b_pad(b, bal.A, zero, lo, hi, NULL);
+  hi[1] = 0;
+  tpu_val_t Z = tpu_b_pad(b, tpu_mx_eye(b, &a), zero, lo, hi, NULL); /* (B, n, N) */
+  tpu_val_t res[3];
+  tpu_val_t hz[2] = {H, Z};
+  tpu_mx_for(b, n - 2, 2, hz, tpu_eig_hess_step, (void*)c, res);
+  int64_t s4[2] = {B, 4};
+  tpu_aval_t sa = tpu_aval_make(TPU_I32, 2, s4);
+  tpu_val_t S0 = tpu_b_select(b, tpu_eig_cmp(b, "EQ", tpu_b_iota(b, &sa, 1), tpu_b_full(b, &sa, 0)),
+                              tpu_b_full(b, &sa, (double)(n - 1)), tpu_b_full(b, &sa, 0));
+  tpu_val_t init[3] = {res[0], res[1], S0};
+  tpu_mx_while(b, n * (c->itmax + 1), 3, init, tpu_eig_qr_cond, tpu_eig_qr_step, (void*)c, res, NULL);
+  int64_t last = 0;
+  tpu_val_t failed = tpu_b_reduce(b, tpu_mx_column(b, res[2], 3), tpu_b_const_i(b, TPU_I32, 0), 1, &last,
+                                  "stablehlo.maximum");
+  tpu_op_check(b, op, tpu_eig_cmp(b, "GT", failed, tpu_b_const_i(b, TPU_I32, 0)), tpu_b_convert(b, failed, TPU_I64),
+               TPU_INVALID_ARGUMENT,
+               "torch.linalg.eig: The algorithm failed to converge because the input matrix is ill-conditioned or "
+               "has too many repeated eigenvalues (error code: {}).");
+  int64_t wd[2] = {B, N};
+  tpu_aval_t wa = tpu_aval_make(c->t, 2, wd);
+  tpu_val_t std[3] = {res[0], res[1], tpu_b_full(b, &wa, 0)};
+  tpu_mx_for(b, n - 1, 3, std, tpu_eig_std_step, (void*)c, res);
+  tpu_val_t wr = tpu_mx_slice(b, tpu_mx_diag(b, res[0]), 1, 0, n), wi = tpu_mx_slice(b, res[2], 1, 0, n);
+  /* a pair's second member from its first: XLA may evaluate one expression in
+   * two fusions (with and without FMA contraction), so exact conjugates are
+   * made here, not trusted to the block's two equal entries */
+  tpu_val_t second = tpu_eig_cmp(b, "LT", wi, tpu_ops_like(b, wi, 0));
+  wr = tpu_b_select(b, second, tpu_eig_shift(b, wr, -1), wr);
+  wi = tpu_b_select(b, second, tpu_b_unary(b, "stablehlo.negate", tpu_eig_shift(b, wi, -1)), wi);
+  *out_w = tpu_ops_complex(b, wr, wi);
+  if (!c->vectors) return;
+  tpu_val_t T = tpu_mx_slice(b, tpu_mx_slice(b, res[0], 1, 0, n), 2, 0, n);
+  tpu_val_t Zr = tpu_mx_slice(b, res[1], 2, 0, n);
+  tpu_aval_t ra = *tpu_b_aval(b, T);
+  tpu_val_t rz = tpu_b_full(b, &ra, 0);
+  tpu_val_t cs[3] = {tpu_ops_complex(b, T, rz), tpu_ops_complex(b, Zr, rz), wi};
+  tpu_mx_for(b, n - 1, 3, cs, tpu_eig_cschur_step, (void*)c, res);
+  tpu_val_t Zc = res[1];
+  tpu_val_t tv[3] = {res[0], tpu_ops_complex(b, tpu_mx_eye(b, &ra), rz), *out_w};
+  tpu_mx_for(b, n, 3, tv, tpu_eig_trevc_step, (void*)c, res);
+  *out_v = tpu_eig_assemble(b, tpu_eig_unbalance(b, &bal, tpu_mx_matmul(b, Zc, res[1])), wi);
+}
+
+/* ATen's checks: f32/f64 (complex not yet), square, at least 2 dims. */
+static bool tpu_eig_check(tpu_builder_t* b, const tpu_aval_t* a) {
+  return tpu_mx_check_input(b, a, "linalg.eig", "linalg_eig_out_tpu", true);
+}
+
+/* linalg_eig (vectors) and _linalg_eigvals / linalg_eigvals.out. */
+static tpu_status_t* tpu_eig_lower(tpu_builder_t* b, tpu_op_t* op, bool vectors, tpu_val_t* outs, int* nouts) {
+  tpu_aval_t a = tpu_op_aval(op, 0);
+  if (!tpu_eig_check(b, &a)) return NULL;
+  int r = a.rank;
+  int64_t n = a.dims[r - 1], B = tpu_aval_numel(&a) / (n > 0 ? n * n : 1);
+  tpu_dtype_t ct = a.dtype == TPU_F32 ? TPU_C64 : TPU_C128;
+  tpu_aval_t wa = tpu_mx_retype(&a, ct), va = wa;
+  wa.rank--;
+  *nouts = vectors ? 2 : 1;
+  if (n == 0 || tpu_aval_numel(&a) == 0) {
+    outs[0] = tpu_b_full(b, &wa, 0);
+    if (vectors) outs[1] = tpu_b_full(b, &va, 0);
+    return NULL;
+  }
+  tpu_val_t A = tpu_op_tensor(b, op, 0);
+  tpu_val_t bad = tpu_eig_not(b, tpu_mx_all_finite(b, A));
+  tpu_op_check(b, op, bad, TPU_NOVAL, TPU_INVALID_ARGUMENT, "torch.linalg.eig: input tensor should not contain infs or NaNs.");
+  int64_t d3[3] = {B, n, n};
+  tpu_eig_ctx_t c = {n, n + 2, a.dtype, a.dtype == TPU_F64 ? DBL_EPSILON : FLT_EPSILON, 0, 30 * (n > 10 ? n : 10), vectors};
+  c.smlnum = (a.dtype == TPU_F64 ? DBL_MIN : FLT_MIN) * ((double)n / c.ulp);
+  /* a non-finite A would spin until the iteration limit: run on zeros instead (the check fails the op) */
+  tpu_val_t A3 = tpu_b_reshape(b, A, 3, d3);
+  tpu_aval_t a3 = *tpu_b_aval(b, A3);
+  A3 = tpu_b_select(b, tpu_b_broadcast_in_dim(b, bad, 3, a3.dims, NULL), tpu_b_full(b, &a3, 0), A3);
+  tpu_val_t w, V = TPU_NOVAL;
+  tpu_eig_run(b, op, &c, A3, &w, vectors ? &V : NULL);
+  outs[0] = tpu_b_reshape(b, w, wa.rank, wa.dims);
+  if (vectors) outs[1] = tpu_b_reshape(b, V, va.rank, va.dims);
+  return NULL;
+}
+
+/* linalg_eig(A) -> (eigenvalues, eigenvectors) */
+static tpu_status_t* tpu_lower_linalg_eig(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
+  (void)max_outs;
+  return tpu_eig_lower(b, op, true, outs, nouts);
+}
+
+/* _linalg_eigvals(A) -> eigenvalues (and linalg_eigvals.out, which reaches the op table under this name) */
+static tpu_status_t* tpu_lower_linalg_eigvals(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs,
+                                              int* nouts) {
+  (void)max_outs;
+  return tpu_eig_lower(b, op, false, outs, nouts);
+}
+
+const tpu_lowering_t tpu_lowerings_eig[] = {
+    {"linalg_eig", tpu_lower_linalg_eig},
+    {"_linalg_eigvals", tpu_lower_linalg_eigvals},
+    {"linalg_eigvals", tpu_lower_linalg_eigvals},
+    {NULL, NULL},
+};
