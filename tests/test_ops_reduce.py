@@ -408,3 +408,24 @@ def test_long_scan_accuracy():
     """The log-step scan over a long axis stays within f32 tolerance."""
     x = torch.randn(2, 1000)
     check(torch.cumsum, x, 1)
+
+
+# ---------------------------------------------------------------- hash_tensor
+
+@pytest.mark.parametrize("dtype", ALL + [torch.float64])
+def test_hash_tensor(dtype):
+    # xor of 64-bit patterns: every bit must match CPU's (floats widened to float64,
+    # integers sign- or zero-extended), so values are compared exactly
+    x = make((3, 4, 5), dtype)
+    for dim, keep in [([], False), (1, False), ((0, 2), True), ((0, 1, 2), False)]:
+        assert torch.equal(torch.hash_tensor(x.to("tpu"), dim, keepdim=keep).cpu(), torch.hash_tensor(x, dim, keepdim=keep))
+    s = torch.tensor([float("nan"), -0.0, float("inf")])
+    assert torch.equal(torch.hash_tensor(s.to("tpu")).cpu(), torch.hash_tensor(s))
+
+
+def test_hash_tensor_errors():
+    for fn in [lambda t: torch.hash_tensor(t), lambda t: torch.hash_tensor(t, dim=0),
+               lambda t: torch.hash_tensor(t.reshape(2, 0) if t.numel() == 0 else t, mode=1)]:
+        for x in [torch.ones(0), torch.ones(0, 3), torch.ones(2)]:
+            same_or_raises(fn, x)
+    same_or_raises(torch.hash_tensor, torch.ones(2, dtype=torch.complex64))

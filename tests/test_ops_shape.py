@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tpu_testing import check, check_grad
+from tpu_testing import assert_raises_like, check, check_grad
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.int32, torch.int8, torch.uint8, torch.bool]
 
@@ -84,6 +84,21 @@ def test_repeat_interleave_tensor():
     r = torch.tensor([1, 0, 3])
     check(lambda r: torch.repeat_interleave(r, output_size=4), r)
     check(lambda x, r: x.repeat_interleave(r, dim=0, output_size=4), torch.randn(3, 2), r)
+    # without output_size the runtime reads the sum first (as CPU's kernel does); the
+    # result keeps repeats' dtype
+    for reps in [r, torch.tensor([2, 2], dtype=torch.int32), torch.tensor([], dtype=torch.long), torch.tensor([0, 0])]:
+        check(torch.repeat_interleave, reps)
+    check(lambda x, r: x.repeat_interleave(r, dim=1), torch.randn(2, 3), r)
+    for bad in [torch.tensor([1, -2, 3]), torch.tensor([[1, 2]]), torch.tensor([1.0, 2.0])]:
+        try:
+            torch.repeat_interleave(bad)
+        except Exception as e:  # noqa: BLE001
+            assert_raises_like(e, torch.repeat_interleave, bad)
+    # data that disagrees with output_size fails at the next sync, with CPU's message
+    with pytest.raises(RuntimeError, match="allocated size does not match required size"):
+        torch.repeat_interleave(r.to("tpu"), output_size=5).cpu()
+    with pytest.raises(RuntimeError, match="repeats can not be negative"):
+        torch.repeat_interleave(torch.tensor([3, -1]).to("tpu"), output_size=2).cpu()
 
 
 def test_copies_and_casts():

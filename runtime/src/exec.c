@@ -292,7 +292,7 @@ static tpu_status_t* tpu_exec_params(const tpu_compiled_t* c, int device, const 
 
 /* ------------------------------------------- data-range pre-pass (TPU_LOWER_DATA_RANGE) */
 
-/* i64[2] = {min, max} of tensor argument 0 (integral, with elements). */
+/* i64[3] = {min, max, sum} of tensor argument 0 (integral, with elements). */
 static tpu_status_t* tpu_lower_data_range(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs,
                                           int* out_nouts) {
   (void)max_outs;
@@ -301,17 +301,19 @@ static tpu_status_t* tpu_lower_data_range(tpu_builder_t* b, tpu_op_t* op, int ma
   tpu_val_t x = tpu_b_reshape(b, tpu_b_convert(b, tpu_op_tensor(b, op, 0), TPU_I64), 1, &n);
   tpu_val_t lo = tpu_b_reduce(b, x, tpu_b_const_i(b, TPU_I64, INT64_MAX), 1, &d0, "stablehlo.minimum");
   tpu_val_t hi = tpu_b_reduce(b, x, tpu_b_const_i(b, TPU_I64, INT64_MIN), 1, &d0, "stablehlo.maximum");
-  tpu_val_t parts[2] = {tpu_b_reshape(b, lo, 1, &one), tpu_b_reshape(b, hi, 1, &one)};
-  outs[0] = tpu_b_concat(b, 2, parts, 0);
+  tpu_val_t sum = tpu_b_reduce(b, x, tpu_b_const_i(b, TPU_I64, 0), 1, &d0, "stablehlo.add");
+  tpu_val_t parts[3] = {tpu_b_reshape(b, lo, 1, &one), tpu_b_reshape(b, hi, 1, &one), tpu_b_reshape(b, sum, 1, &one)};
+  outs[0] = tpu_b_concat(b, 3, parts, 0);
   *out_nouts = 1;
   return NULL;
 }
 
-/* {min, max} of argument 0 read back to the host; {0, -1} when it is not an
- * integral tensor with elements (the lowering then rejects or sizes by minlength). */
-static tpu_status_t* tpu_exec_data_range(int device, const tpu_arg_t* args, int nargs, int64_t range[2]) {
+/* {min, max, sum} of argument 0 read back to the host; {0, -1, 0} when it is not
+ * an integral tensor with elements (the lowering then rejects or sizes by minlength). */
+static tpu_status_t* tpu_exec_data_range(int device, const tpu_arg_t* args, int nargs, int64_t range[3]) {
   range[0] = 0;
   range[1] = -1;
+  range[2] = 0;
   if (nargs < 1 || args[0].kind != TPU_ARG_TENSOR || !tpu_dtype_is_int(args[0].u.tensor.dtype)) return NULL;
   const tpu_tensor_t* t = &args[0].u.tensor;
   for (int d = 0; d < t->rank; ++d)
@@ -319,7 +321,7 @@ static tpu_status_t* tpu_exec_data_range(int device, const tpu_arg_t* args, int 
   tpu_buffer_t* buf = NULL;
   int n = 0;
   TPU_RETURN_IF_ERROR(tpu_exec_run("tpu.data_range", "", tpu_lower_data_range, 0, device, args, 1, 1, &buf, &n));
-  tpu_status_t* st = n == 1 ? tpu_buffer_to_host(buf, range, 2 * sizeof(int64_t))
+  tpu_status_t* st = n == 1 ? tpu_buffer_to_host(buf, range, 3 * sizeof(int64_t))
                             : TPU_STATUS(TPU_INTERNAL, "data range: %d results", n);
   tpu_buffer_release(buf);
   /* Reading the range synchronised: report check failures (check.h) as a sync does. */
@@ -327,12 +329,14 @@ static tpu_status_t* tpu_exec_data_range(int device, const tpu_arg_t* args, int 
   return st;
 }
 
-/* Runs the op with its argument 0's {min, max} appended as two INT arguments. */
+/* Runs the op with its argument 0's {min, max} (TPU_LOWER_DATA_RANGE) or {min,
+ * sum} (TPU_LOWER_DATA_SUM) appended as two INT arguments. */
 static tpu_status_t* tpu_exec_run_ranged(const char* name, const char* overload, tpu_lower_fn_t fn, unsigned flags,
                                          int device, const tpu_arg_t* args, int nargs, int max_outs,
                                          tpu_buffer_t** out_buffers, int* out_nouts) {
-  int64_t range[2];
+  int64_t range[3];
   tpu_status_t* st = tpu_exec_data_range(device, args, nargs, range);
+  if (flags & TPU_LOWER_DATA_SUM) range[1] = range[2];
   if (st) return tpu_status_annotate(st, "%s", name);
   tpu_arg_t* ext = calloc((size_t)nargs + 2, sizeof(*ext));
   if (!ext) return TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "out of host memory");
@@ -341,7 +345,8 @@ static tpu_status_t* tpu_exec_run_ranged(const char* name, const char* overload,
     ext[nargs + i].kind = TPU_ARG_INT;
     ext[nargs + i].u.i = range[i];
   }
-  st = tpu_exec_run(name, overload, fn, flags & ~(unsigned)TPU_LOWER_DATA_RANGE, device, ext, nargs + 2, max_outs,
+  st = tpu_exec_run(name, overload, fn, flags & ~(unsigned)(TPU_LOWER_DATA_RANGE | TPU_LOWER_DATA_SUM), device, ext,
+                    nargs + 2, max_outs,
                     out_buffers, out_nouts);
   free(ext);
   return st;
@@ -469,7 +474,8 @@ tpu_status_t* tpu_exec_run(const char* name, const char* overload, tpu_lower_fn_
                            const tpu_arg_t* args, int nargs, int max_outs, tpu_buffer_t** out_buffers,
                            int* out_nouts) {
   *out_nouts = 0;
-  if (flags & TPU_LOWER_DATA_RANGE)
+  bool summed = (flags & TPU_LOWER_DATA_SUM) && nargs >= 2 && args[1].kind == TPU_ARG_NONE;
+  if ((flags & TPU_LOWER_DATA_RANGE) || summed)
     return tpu_exec_run_ranged(name, overload, fn, flags, device, args, nargs, max_outs, out_buffers, out_nouts);
   tpu_exec_req_t r = {name, overload ? overload : "", fn, flags, NULL, device, args, nargs, max_outs};
   return tpu_exec_run_req(&r, out_buffers, out_nouts);

@@ -81,6 +81,12 @@ enum {
    * appends them as two trailing TPU_ARG_INTs, 0 and -1 when it is empty. They
    * join the cache key like any static argument. */
   TPU_LOWER_DATA_RANGE = 1u << 3,
+  /* Output sizes that are the data's sum (repeat_interleave without output_size):
+   * when argument 1 is absent, the runtime first reads min and sum of tensor
+   * argument 0 (a sync) and appends them as two trailing TPU_ARG_INTs (0 and 0
+   * when it is empty); they join the cache key. With argument 1 given, the op
+   * runs as it is (and can be recorded in a graph). */
+  TPU_LOWER_DATA_SUM = 1u << 4,
 };
 
 typedef struct tpu_lowering {

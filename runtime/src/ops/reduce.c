@@ -574,6 +574,36 @@ static tpu_status_t* tpu_lower_count_nonzero(tpu_builder_t* b, tpu_op_t* op, int
   return tpu_ops_result1(tpu_red(b, nz, &rd, TPU_RED_SUM), outs, nouts);
 }
 
+/* hash_tensor(self, dim=[], *, keepdim=False, mode=0) -> uint64: mode 0 xors the
+ * elements' 64-bit patterns (floats as float64, integers sign- or zero-extended
+ * to 64 bits, bool as 0/1), as ATen's xor_sum does. */
+static tpu_status_t* tpu_lower_hash_tensor(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs,
+                                           int* nouts) {
+  (void)max_outs;
+  tpu_aval_t in = tpu_op_aval(op, 0);
+  int64_t mode = tpu_op_int(op, 3, 0);
+  if (mode != 0) return TPU_STATUS(TPU_INVALID_ARGUMENT, "Unknown hash_tensor mode: %" PRId64, mode);
+  if (tpu_dtype_is_complex(in.dtype))
+    return TPU_STATUS(TPU_UNIMPLEMENTED, "\"xor_sum_tpu\" not implemented for '%s'", tpu_dtype_scalar_type_name(in.dtype));
+  tpu_rdims_t rd = tpu_red_dims(b, op, 1, in.rank, true);
+  if (!tpu_red_has_list(op, 1) && tpu_aval_numel(&in) == 0)
+    return TPU_STATUS(TPU_INVALID_ARGUMENT, "hash_tensor: Expected reduction dim to be specified for input.numel() == 0. "
+                      "Specify the reduction dim with the 'dim' argument.");
+  if (!tpu_red_check_nonempty(b, "hash_tensor:", &in, &rd)) return NULL;
+  tpu_val_t x = tpu_op_tensor(b, op, 0);
+  tpu_aval_t ua = in;
+  ua.dtype = TPU_U64;
+  if (tpu_dtype_is_float(in.dtype)) {
+    x = tpu_b_bitcast(b, tpu_b_convert(b, x, TPU_F64), &ua);
+  } else if (in.dtype == TPU_BOOL || !tpu_dtype_is_signed(in.dtype)) {
+    x = tpu_b_convert(b, x, TPU_U64); /* zero-extended */
+  } else {
+    x = tpu_b_bitcast(b, tpu_b_convert(b, x, TPU_I64), &ua); /* sign-extended */
+  }
+  tpu_val_t r = tpu_b_reduce(b, x, tpu_b_const_i(b, TPU_U64, 0), rd.n, rd.d, "stablehlo.xor");
+  return tpu_ops_result1(tpu_red_keep(b, r, &in, &rd, tpu_op_bool(op, 2, false)), outs, nouts);
+}
+
 /* ------------------------------------------------------------- moments */
 
 /* var/std/norm need a float or complex input; `msg` is PyTorch's message, which
@@ -1029,6 +1059,7 @@ const tpu_lowering_t tpu_lowerings_reduce[] = {
     {"_aminmax", tpu_lower_aminmax}, /* the deprecated spelling: (self) and .dim(self, dim, keepdim) */
     {"any", tpu_lower_any},
     {"all", tpu_lower_all},
+    {"hash_tensor", tpu_lower_hash_tensor},
     {"count_nonzero", tpu_lower_count_nonzero},
     {"var", tpu_lower_var},
     {"std", tpu_lower_std},

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "index.h"
 
 #ifndef M_PI /* -std=c11 hides it */
@@ -204,33 +205,54 @@ static tpu_status_t* tpu_lower_channel_shuffle(tpu_builder_t* b, tpu_op_t* op, i
   return tpu_shape_one(tpu_b_reshape(b, x, in.rank, in.dims), outs, nouts);
 }
 
-/* repeat_interleave(repeats, output_size): element i repeated repeats[i] times.
- * The size is data-dependent unless output_size is given. */
+/* repeat_interleave(repeats, output_size): element i repeated repeats[i] times,
+ * in repeats' dtype. Without output_size the runtime first reads min and sum
+ * of repeats (TPU_LOWER_DATA_SUM) and appends them; with it, a device-side
+ * check holds the data to it, as CPU's kernel does. */
 static tpu_status_t* tpu_lower_repeat_interleave(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs,
                                                  int* nouts) {
   (void)max_outs;
   tpu_aval_t ra = tpu_op_aval(op, 0);
-  if (tpu_op_kind(op, 1) != TPU_ARG_INT) {
+  bool given = tpu_op_kind(op, 1) == TPU_ARG_INT, summed = !given && tpu_op_nargs(op) >= 4;
+  if (!given && !summed) {
     TPU_B_FAIL(b, TPU_UNIMPLEMENTED,
-               "repeat_interleave with a repeats tensor has a data-dependent size on tpu: pass output_size");
+               "repeat_interleave with a repeats tensor has a data-dependent size; in a compiled graph pass output_size");
     return NULL;
   }
-  if (ra.rank > 1 || (ra.dtype != TPU_I64 && ra.dtype != TPU_I32)) {
-    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "repeats has to be Long or Int tensor");
+  if (ra.rank != 1) {
+    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "repeat_interleave only accept 1D vector as repeat");
     return NULL;
   }
-  int64_t total = tpu_op_int(op, 1, 0), n = tpu_aval_numel(&ra);
-  tpu_aval_t oa = tpu_aval_make(TPU_I64, 1, &total);
+  if (ra.dtype != TPU_I64 && ra.dtype != TPU_I32) {
+    TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "\"repeat_interleave_tpu\" not implemented for '%s'", tpu_dtype_scalar_type_name(ra.dtype));
+    return NULL;
+  }
+  if (summed && tpu_op_int(op, 2, 0) < 0) {
+    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "repeats can not be negative");
+    return NULL;
+  }
+  int64_t total = tpu_op_int(op, summed ? 3 : 1, 0), n = ra.dims[0];
+  tpu_aval_t oa = tpu_aval_make(ra.dtype, 1, &total);
   if (total == 0 || n == 0) return tpu_shape_one(tpu_b_full(b, &oa, 0.0), outs, nouts);
-  tpu_val_t r = tpu_b_reshape(b, tpu_b_convert(b, tpu_op_tensor(b, op, 0), TPU_I64), 1, &n);
+  tpu_val_t r = tpu_b_convert(b, tpu_op_tensor(b, op, 0), TPU_I64);
   tpu_val_t ends = tpu_idx_cumsum(b, r, 0);
+  if (given) { /* the data must agree with output_size (no negative counts, the right sum) */
+    int64_t d0 = 0;
+    tpu_val_t lo = tpu_b_reduce(b, r, tpu_b_const_i(b, TPU_I64, INT64_MAX), 1, &d0, "stablehlo.minimum");
+    tpu_op_check(b, op, tpu_b_compare(b, "LT", lo, tpu_b_const_i(b, TPU_I64, 0)), TPU_NOVAL, TPU_INVALID_ARGUMENT,
+                 "repeats can not be negative");
+    tpu_val_t sum = tpu_b_reduce(b, r, tpu_b_const_i(b, TPU_I64, 0), 1, &d0, "stablehlo.add");
+    tpu_op_check(b, op, tpu_b_compare(b, "NE", sum, tpu_b_const_i(b, TPU_I64, total)), TPU_NOVAL,
+                 TPU_INVALID_ARGUMENT, "allocated size does not match required size");
+  }
   /* out[j] = number of i with ends[i] <= j */
   int64_t cd[2] = {total, n}, b1 = 1;
   tpu_aval_t ca = tpu_aval_make(TPU_I64, 2, cd);
   tpu_val_t j = tpu_b_iota(b, &ca, 0);
   tpu_val_t e = tpu_b_broadcast_in_dim(b, ends, 2, cd, &b1);
   tpu_val_t le = tpu_b_convert(b, tpu_b_compare(b, "LE", e, j), TPU_I64);
-  return tpu_shape_one(tpu_b_reduce(b, le, tpu_b_const_i(b, TPU_I64, 0), 1, &b1, "stablehlo.add"), outs, nouts);
+  tpu_val_t out = tpu_b_reduce(b, le, tpu_b_const_i(b, TPU_I64, 0), 1, &b1, "stablehlo.add");
+  return tpu_shape_one(tpu_b_convert(b, out, ra.dtype), outs, nouts);
 }
 
 /* ==================================================================== taps */

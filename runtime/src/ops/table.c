@@ -98,6 +98,9 @@ static const char* const tpu_dynamic_shape_ops[] = {"nonzero",    "masked_select
 /* Ops sized by their input's values (see TPU_LOWER_DATA_RANGE). */
 static const char* const tpu_data_range_ops[] = {"bincount"};
 
+/* Ops sized by their input's sum (see TPU_LOWER_DATA_SUM). */
+static const char* const tpu_data_sum_ops[] = {"repeat_interleave"};
+
 /* Factories whose dtype is the out tensor's (see TPU_LOWER_OUT_DTYPE). */
 static const char* const tpu_out_dtype_ops[] = {"arange", "range", "linspace", "logspace", "eye"};
 
@@ -134,6 +137,8 @@ static unsigned tpu_flags_of(const char* name) {
     flags |= TPU_LOWER_OUT_DTYPE;
   if (tpu_name_in(name, tpu_data_range_ops, sizeof(tpu_data_range_ops) / sizeof(tpu_data_range_ops[0])))
     flags |= TPU_LOWER_DATA_RANGE;
+  if (tpu_name_in(name, tpu_data_sum_ops, sizeof(tpu_data_sum_ops) / sizeof(tpu_data_sum_ops[0])))
+    flags |= TPU_LOWER_DATA_SUM;
   return flags;
 }
 
