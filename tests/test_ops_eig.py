@@ -31,7 +31,7 @@ def _seed():
 
 
 def _eig_tol(A):
-    t = tol(A.dtype, EIG_SCALE)
+    t = tol(A.dtype, EIG_SCALE)  # complex dtypes: their parts' tolerance
     return dict(rtol=0.0, atol=t["atol"] * max(1.0, A.abs().max().item()))
 
 
@@ -49,14 +49,37 @@ def _match(w, w_c, A, distinct):
     return p
 
 
+def _real(dtype):
+    return {torch.complex64: torch.float32, torch.complex128: torch.float64}.get(dtype, dtype)
+
+
+def _compare_with_cpu(A):
+    """eig on tpu vs CPU for distinct eigenvalues: values by nearest match, |V| in
+    that matching, and the decomposition's own checks. Returns (w, V) on tpu."""
+    w_c, V_c = torch.linalg.eig(A)
+    w, V = torch.linalg.eig(A.to("tpu"))
+    p = _match(w, w_c, A, distinct=True)
+    n = A.shape[-1]
+    Vc = torch.gather(V_c.abs().reshape(-1, n, n), 2, p.unsqueeze(1).expand(-1, n, -1))
+    torch.testing.assert_close(V.cpu().abs().reshape(-1, n, n), Vc, **tol(A.dtype, EIG_SCALE * 20))
+    _check_decomposition(A, w, V)
+    return w, V
+
+
 def _check_decomposition(A, w, V):
-    """A V == V diag(w), columns of norm 1, dgeev's real/conjugate conventions."""
+    """A V == V diag(w), columns of norm 1, dgeev's real/conjugate conventions
+    (zgeev's for complex A: the largest component of each vector real)."""
     w, V = w.cpu(), V.cpu()
-    assert w.dtype == V.dtype == (torch.complex64 if A.dtype == torch.float32 else torch.complex128)
+    assert w.dtype == V.dtype == (torch.complex64 if _real(A.dtype) == torch.float32 else torch.complex128)
     At = A.to(V.dtype)
     t = _eig_tol(A)
     torch.testing.assert_close(At @ V, V * w.unsqueeze(-2), **t)
-    torch.testing.assert_close(V.abs().pow(2).sum(-2).sqrt(), torch.ones(w.shape, dtype=A.dtype), **tol(A.dtype, 10))
+    rt = _real(A.dtype)
+    torch.testing.assert_close(V.abs().pow(2).sum(-2).sqrt(), torch.ones(w.shape, dtype=rt), **tol(rt, 10))
+    if A.is_complex():
+        big = V.abs().argmax(-2, keepdim=True)
+        assert (torch.gather(V.imag, -2, big) == 0).all() and (torch.gather(V.real, -2, big) > 0).all()
+        return
     real = w.imag == 0
     assert (V.imag[real.unsqueeze(-2).expand_as(V)] == 0).all(), "a real eigenvalue's vector is not real"
     pos = (w.imag > 0).nonzero()
@@ -70,13 +93,7 @@ def _check_decomposition(A, w, V):
 @pytest.mark.parametrize("shape", SHAPES)
 def test_eig_random(dtype, shape):
     A = torch.randn(shape, dtype=dtype)
-    w_c, V_c = torch.linalg.eig(A)
-    w, V = torch.linalg.eig(A.to("tpu"))
-    p = _match(w, w_c, A, distinct=True)
-    n = A.shape[-1]
-    Vc = torch.gather(V_c.abs().reshape(-1, n, n), 2, p.unsqueeze(1).expand(-1, n, -1))
-    torch.testing.assert_close(V.cpu().abs().reshape(-1, n, n), Vc, **tol(dtype, EIG_SCALE * 20))
-    _check_decomposition(A, w, V)
+    w, V = _compare_with_cpu(A)
     if len(shape) > 2:  # the values-only program (one shape: each costs a compile)
         assert torch.equal(torch.linalg.eigvals(A.to("tpu")).cpu(), w.cpu())
 
@@ -173,8 +190,10 @@ def test_eig_errors():
     A[1, 2] = float("inf")
     with pytest.raises(RuntimeError, match="should not contain infs or NaNs"):
         torch.linalg.eigvals(A.to("tpu")).cpu()
-    with pytest.raises(NotImplementedError, match="linalg.eig: complex inputs are not supported on tpu yet"):
-        torch.linalg.eig(torch.randn(3, 3, dtype=torch.complex64).to("tpu"))
+    Ac = torch.randn(3, 3, dtype=torch.complex64)
+    Ac[0, 0] = complex(1, float("nan"))
+    with pytest.raises(RuntimeError, match="should not contain infs or NaNs"):
+        torch.linalg.eigvals(Ac.to("tpu")).cpu()
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -198,6 +217,30 @@ def test_eig_backward(dtype):
         torch.linalg.eigvals(X).abs().sum().backward()
         grads.append(X.grad.cpu())
     torch.testing.assert_close(grads[1], grads[0], **tol(dtype, 1e2))
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+@pytest.mark.parametrize("shape", [(1, 1), (3, 3), (2, 5, 5), (16, 16)])
+def test_eig_complex(dtype, shape):
+    # zgeev's path: zlahqr's single shift on a complex Hessenberg matrix
+    A = torch.randn(shape, dtype=dtype)
+    _compare_with_cpu(A)
+
+
+def test_eig_complex_structured_and_backward():
+    H = torch.randn(6, 6, dtype=torch.complex128)
+    for A in [H + H.mH, H.triu(), H.tril(), torch.randn(5, 5, dtype=torch.float64).to(torch.complex128)]:
+        w, V = torch.linalg.eig(A.to("tpu"))
+        _check_decomposition(A, w, V)
+        _match(w, torch.linalg.eigvals(A), A, distinct=False)
+    A = torch.randn(4, 4, dtype=torch.complex128)
+    grads = []
+    for dev in ["cpu", "tpu"]:
+        X = A.detach().to(dev).requires_grad_()
+        w, V = torch.linalg.eig(X)
+        (V.abs().sum() + (w * w.conj()).real.sum()).backward()
+        grads.append(X.grad.cpu())
+    torch.testing.assert_close(grads[1], grads[0], **tol(torch.complex128, 1e3))
 
 
 # ----------------------------------------------------- complex linear algebra

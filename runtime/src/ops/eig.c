@@ -1,7 +1,8 @@
-/* Lowerings: the eigendecomposition of general real matrices, linalg_eig and
+/* Lowerings: the eigendecomposition of general matrices, linalg_eig and
  * _linalg_eigvals (torch.linalg.eig / eigvals).
  *
- * LAPACK dgeev's path, without its balancing:
+ * LAPACK dgeev's path:
+ * 0. Balancing (dgebal, eig_balance.c), undone on the eigenvectors at the end.
  * 1. Householder reduction to upper Hessenberg form, H = Q^T A Q (dgehd2); Z = Q.
  * 2. dlahqr's Francis double-shift QR iteration on H, Z accumulated, down to
  *    the real Schur form T = Z^T A Z (1 x 1 and 2 x 2 diagonal blocks): its
@@ -26,38 +27,32 @@
  *    those of a pair are conjugate, and a complex one is turned so that its
  *    largest component is real.
  *
- * Complex input is not supported yet (the complex QR iteration, zlahqr). */
+ * Complex input takes zgeev's path: the same balancing and Hessenberg form
+ * (zlarfg's reflectors leave a real subdiagonal), then zlahqr's single-shift
+ * iteration (eig_complex.c) straight to a triangular Schur form, whose
+ * diagonal holds the eigenvalues; eigenvectors as in 4. */
 #include <float.h>
 #include <math.h>
 
 #include "check.h"
 #include "eig.h"
 #include "nn.h"
-#include "qr.h"
 
-/* What every loop body needs: sizes, dtype and dlahqr's constants. */
-typedef struct tpu_eig_ctx {
-  int64_t n, N; /* rows, padded rows (n + 2) */
-  tpu_dtype_t t;
-  double ulp, smlnum;
-  int64_t itmax;
-  bool vectors; /* accumulate Z */
-} tpu_eig_ctx_t;
 
 /* ------------------------------------------------------------- small helpers */
 
-static tpu_val_t tpu_eig_abs(tpu_builder_t* b, tpu_val_t x) { return tpu_b_unary(b, "stablehlo.abs", x); }
-static tpu_val_t tpu_eig_max(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) {
+tpu_val_t tpu_eig_abs(tpu_builder_t* b, tpu_val_t x) { return tpu_b_unary(b, "stablehlo.abs", x); }
+tpu_val_t tpu_eig_max(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) {
   return tpu_b_binary(b, "stablehlo.maximum", x, y);
 }
-static tpu_val_t tpu_eig_min(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) {
+tpu_val_t tpu_eig_min(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) {
   return tpu_b_binary(b, "stablehlo.minimum", x, y);
 }
-static tpu_val_t tpu_eig_sqrt(tpu_builder_t* b, tpu_val_t x) { return tpu_b_unary(b, "stablehlo.sqrt", x); }
-static tpu_val_t tpu_eig_and(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) { return tpu_b_binary(b, "stablehlo.and", x, y); }
-static tpu_val_t tpu_eig_or(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) { return tpu_b_binary(b, "stablehlo.or", x, y); }
-static tpu_val_t tpu_eig_not(tpu_builder_t* b, tpu_val_t x) { return tpu_b_unary(b, "stablehlo.not", x); }
-static tpu_val_t tpu_eig_cmp(tpu_builder_t* b, const char* dir, tpu_val_t x, tpu_val_t y) {
+tpu_val_t tpu_eig_sqrt(tpu_builder_t* b, tpu_val_t x) { return tpu_b_unary(b, "stablehlo.sqrt", x); }
+tpu_val_t tpu_eig_and(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) { return tpu_b_binary(b, "stablehlo.and", x, y); }
+tpu_val_t tpu_eig_or(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) { return tpu_b_binary(b, "stablehlo.or", x, y); }
+tpu_val_t tpu_eig_not(tpu_builder_t* b, tpu_val_t x) { return tpu_b_unary(b, "stablehlo.not", x); }
+tpu_val_t tpu_eig_cmp(tpu_builder_t* b, const char* dir, tpu_val_t x, tpu_val_t y) {
   return tpu_b_compare(b, dir, x, y);
 }
 /* Fortran's SIGN(|x|, s): |x| with the sign of s (s = 0 counts as positive). */
@@ -66,7 +61,7 @@ static tpu_val_t tpu_eig_sign(tpu_builder_t* b, tpu_val_t x, tpu_val_t s) {
   return tpu_b_select(b, tpu_eig_cmp(b, "GE", s, tpu_ops_like(b, s, 0)), ax, tpu_b_unary(b, "stablehlo.negate", ax));
 }
 /* sqrt(x^2 + y^2) without overflow (dlapy2). */
-static tpu_val_t tpu_eig_hypot(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) {
+tpu_val_t tpu_eig_hypot(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) {
   tpu_val_t ax = tpu_eig_abs(b, x), ay = tpu_eig_abs(b, y);
   tpu_val_t w = tpu_eig_max(b, ax, ay), z = tpu_eig_min(b, ax, ay);
   tpu_val_t zero = tpu_eig_cmp(b, "EQ", w, tpu_ops_like(b, w, 0));
@@ -74,53 +69,79 @@ static tpu_val_t tpu_eig_hypot(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) {
   return tpu_nn_mul(b, w, tpu_eig_sqrt(b, tpu_nn_addc(b, tpu_nn_mul(b, q, q), 1)));
 }
 /* x / y where y != 0, else x / 1 (the lane is masked later). */
-static tpu_val_t tpu_eig_div(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) {
+tpu_val_t tpu_eig_div(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) {
   tpu_val_t zero = tpu_eig_cmp(b, "EQ", y, tpu_ops_like(b, y, 0));
   return tpu_nn_div(b, x, tpu_b_select(b, zero, tpu_ops_like(b, y, 1), y));
 }
 /* A per-batch i32 value (B) broadcast like k (0-d). */
-static tpu_val_t tpu_eig_bk(tpu_builder_t* b, tpu_val_t k, int64_t B) {
+tpu_val_t tpu_eig_bk(tpu_builder_t* b, tpu_val_t k, int64_t B) {
   return tpu_b_broadcast_in_dim(b, k, 1, &B, NULL);
 }
 /* i32 iota along dim of shape like x. */
-static tpu_val_t tpu_eig_iota(tpu_builder_t* b, tpu_val_t x, int dim) {
+tpu_val_t tpu_eig_iota(tpu_builder_t* b, tpu_val_t x, int dim) {
   tpu_aval_t a = tpu_mx_retype(tpu_b_aval(b, x), TPU_I32);
   return tpu_b_iota(b, &a, dim);
 }
 /* x (B, N) at a per-batch index (B) i32; 0 where the index is outside [0, N). */
-static tpu_val_t tpu_eig_at(tpu_builder_t* b, tpu_val_t x, tpu_val_t idx) {
+tpu_val_t tpu_eig_at(tpu_builder_t* b, tpu_val_t x, tpu_val_t idx) {
   tpu_aval_t a = *tpu_b_aval(b, x);
   tpu_val_t hit = tpu_eig_cmp(b, "EQ", tpu_eig_iota(b, x, 1), tpu_mx_bcast_batch(b, idx, &a));
   return tpu_mx_pick(b, hit, x, 1);
 }
 /* y[k] = x[k + s] along dim 1 of x (B, N), 0 past the ends. */
-static tpu_val_t tpu_eig_shift(tpu_builder_t* b, tpu_val_t x, int64_t s) {
+tpu_val_t tpu_eig_shift(tpu_builder_t* b, tpu_val_t x, int64_t s) {
   int64_t N = tpu_b_aval(b, x)->dims[1], lo[2] = {0, 0}, hi[2] = {0, 0};
   tpu_val_t y = tpu_mx_slice(b, x, 1, s > 0 ? s : 0, s > 0 ? N : N + s);
   (s > 0 ? hi : lo)[1] = s > 0 ? s : -s;
   return tpu_b_pad(b, y, tpu_b_const(b, tpu_b_dtype(b, x), 0), lo, hi, NULL);
 }
 /* H's diagonal d[k] = H(k, k), sub[k] = H(k, k-1) and sup[k] = H(k-1, k) (0 at k = 0), each (B, N). */
-static void tpu_eig_diagonals(tpu_builder_t* b, tpu_val_t H, tpu_val_t* d, tpu_val_t* sub, tpu_val_t* sup) {
+void tpu_eig_diagonals(tpu_builder_t* b, tpu_val_t H, tpu_val_t* d, tpu_val_t* sub, tpu_val_t* sup) {
   int64_t N = tpu_b_aval(b, H)->dims[1], lo[2] = {0, 1}, hi[2] = {0, 0};
   tpu_val_t z = tpu_b_const(b, tpu_b_dtype(b, H), 0);
   *d = tpu_mx_diag(b, H);
   *sub = tpu_b_pad(b, tpu_mx_diag(b, tpu_mx_slice(b, tpu_mx_slice(b, H, 1, 1, N), 2, 0, N - 1)), z, lo, hi, NULL);
   *sup = tpu_b_pad(b, tpu_mx_diag(b, tpu_mx_slice(b, tpu_mx_slice(b, H, 1, 0, N - 1), 2, 1, N)), z, lo, hi, NULL);
 }
-/* x (B, r, c) with rows r0.. (or columns) combined by the per-batch 2 x 2 or
- * 3 x 3 ... transforms is done by the callers; this is x - (tau v) (x . v)^T
- * for the reflector (v, tau) along dim `dim` of x (B, R, C): a Householder
- * reflection of x's rows (dim 1) or columns (dim 2). */
-static tpu_val_t tpu_eig_reflect(tpu_builder_t* b, tpu_val_t x, tpu_val_t v, tpu_val_t tau, int dim) {
+tpu_val_t tpu_eig_reflect(tpu_builder_t* b, tpu_val_t x, tpu_val_t v, tpu_val_t tau, int dim) {
   tpu_aval_t a = *tpu_b_aval(b, x);
   int64_t bd = 0, cx = dim, cv = 1;
-  tpu_val_t s = tpu_b_dot_general(b, x, v, 1, &bd, &bd, 1, &cx, &cv, a.dtype); /* (B, other dim) */
+  tpu_val_t vc = tpu_ops_conj(b, v);
+  /* rows: s = v^H x (B, C); columns: s = x v (B, R) */
+  tpu_val_t s = tpu_b_dot_general(b, x, dim == 1 ? vc : v, 1, &bd, &bd, 1, &cx, &cv, a.dtype);
   tpu_aval_t va = *tpu_b_aval(b, v);
-  tpu_val_t tv = tpu_nn_mul(b, v, tpu_mx_bcast_batch(b, tau, &va));
+  tpu_val_t tv = tpu_nn_mul(b, dim == 1 ? v : vc, tpu_mx_bcast_batch(b, tau, &va));
   tpu_val_t outer = dim == 1 ? tpu_nn_mul(b, tpu_mx_bcast_vec(b, tv, &a, false), tpu_mx_bcast_vec(b, s, &a, true))
                              : tpu_nn_mul(b, tpu_mx_bcast_vec(b, s, &a, false), tpu_mx_bcast_vec(b, tv, &a, true));
   return tpu_nn_sub(b, x, outer);
+}
+
+tpu_val_t tpu_eig_mag(tpu_builder_t* b, tpu_val_t x) {
+  if (!tpu_dtype_is_complex(tpu_b_dtype(b, x))) return tpu_eig_abs(b, x);
+  return tpu_nn_add(b, tpu_eig_abs(b, tpu_ops_part(b, x, false)), tpu_eig_abs(b, tpu_ops_part(b, x, true)));
+}
+
+tpu_qr_reflector_t tpu_eig_larfg(tpu_builder_t* b, tpu_val_t x, tpu_val_t at, tpu_val_t below) {
+  if (!tpu_dtype_is_complex(tpu_b_dtype(b, x))) return tpu_qr_larfg(b, x, at, below);
+  tpu_aval_t vec = *tpu_b_aval(b, x);
+  tpu_val_t zero = tpu_b_full(b, &vec, 0);
+  tpu_val_t xb = tpu_b_select(b, below, x, zero), alpha = tpu_mx_pick(b, at, x, 1);
+  tpu_val_t ax = tpu_eig_abs(b, xb), ar = tpu_ops_part(b, alpha, false), ai = tpu_ops_part(b, alpha, true);
+  tpu_val_t xn2 = tpu_mx_sum(b, tpu_nn_mul(b, ax, ax), 1);
+  tpu_val_t rz = tpu_ops_like(b, ar, 0);
+  /* beta = -sign(alphr) ||(alpha, x)||, real; tau = ((beta - alphr) - i alphi) / beta */
+  tpu_val_t norm = tpu_eig_sqrt(b, tpu_nn_add(b, tpu_nn_add(b, tpu_nn_mul(b, ar, ar), tpu_nn_mul(b, ai, ai)), xn2));
+  tpu_val_t beta = tpu_b_select(b, tpu_eig_cmp(b, "GE", ar, rz), tpu_b_unary(b, "stablehlo.negate", norm), norm);
+  tpu_qr_reflector_t h;
+  h.live = tpu_eig_or(b, tpu_eig_cmp(b, "GT", xn2, rz), tpu_eig_cmp(b, "NE", ai, rz));
+  tpu_val_t bs = tpu_b_select(b, h.live, beta, tpu_ops_like(b, beta, 1));
+  tpu_val_t tau = tpu_ops_complex(b, tpu_nn_div(b, tpu_nn_sub(b, bs, ar), bs), tpu_nn_div(b, tpu_b_unary(b, "stablehlo.negate", ai), bs));
+  tpu_val_t cz = tpu_ops_complex(b, rz, rz);
+  h.tau = tpu_b_select(b, h.live, tau, cz);
+  tpu_val_t den = tpu_b_select(b, h.live, tpu_nn_sub(b, alpha, tpu_ops_complex(b, bs, rz)), tpu_ops_complex(b, tpu_ops_like(b, ar, 1), rz));
+  h.v = tpu_b_select(b, at, tpu_b_full(b, &vec, 1), tpu_nn_div(b, xb, tpu_mx_bcast_batch(b, den, &vec)));
+  h.beta = tpu_b_select(b, h.live, tpu_ops_complex(b, beta, rz), alpha);
+  return h;
 }
 
 /* ------------------------------------------------------ 1. Hessenberg form */
@@ -135,8 +156,8 @@ static void tpu_eig_hess_step(tpu_builder_t* b, void* ctx, tpu_val_t k, const tp
   tpu_aval_t xa = *tpu_b_aval(b, x);
   k1 = tpu_mx_bcast_batch(b, k1, &xa);
   tpu_val_t at = tpu_eig_cmp(b, "EQ", idx, k1), below = tpu_eig_cmp(b, "GT", idx, k1);
-  tpu_qr_reflector_t h = tpu_qr_larfg(b, x, at, below);
-  H = tpu_eig_reflect(b, H, h.v, h.tau, 1);
+  tpu_qr_reflector_t h = tpu_eig_larfg(b, x, at, below);
+  H = tpu_eig_reflect(b, H, h.v, tpu_ops_conj(b, h.tau), 1); /* H^H from the left, H from the right */
   H = tpu_eig_reflect(b, H, h.v, h.tau, 2);
   /* column k is exactly (.., beta, 0, ..) below the diagonal */
   tpu_val_t ri = tpu_eig_iota(b, H, 1), ci = tpu_eig_iota(b, H, 2);
@@ -151,14 +172,14 @@ static void tpu_eig_hess_step(tpu_builder_t* b, void* ctx, tpu_val_t k, const tp
 
 /* dlahqr's search for a negligible subdiagonal entry H(k, k-1), 1 <= k <= i:
  * the largest such k, else 0 (the window's top l). */
-static tpu_val_t tpu_eig_deflation_point(tpu_builder_t* b, const tpu_eig_ctx_t* c, tpu_val_t d, tpu_val_t sub,
+tpu_val_t tpu_eig_deflation_point(tpu_builder_t* b, const tpu_eig_ctx_t* c, tpu_val_t d, tpu_val_t sub,
                                          tpu_val_t sup, tpu_val_t i) {
-  tpu_val_t h = tpu_eig_abs(b, sub), dm1 = tpu_eig_shift(b, d, -1), ad = tpu_eig_abs(b, d);
-  tpu_val_t tst = tpu_nn_add(b, tpu_eig_abs(b, dm1), ad);
-  tpu_val_t around = tpu_nn_add(b, tpu_eig_abs(b, tpu_eig_shift(b, sub, -1)), tpu_eig_abs(b, tpu_eig_shift(b, sub, 1)));
+  tpu_val_t h = tpu_eig_mag(b, sub), dm1 = tpu_eig_shift(b, d, -1), ad = tpu_eig_mag(b, d);
+  tpu_val_t tst = tpu_nn_add(b, tpu_eig_mag(b, dm1), ad);
+  tpu_val_t around = tpu_nn_add(b, tpu_eig_mag(b, tpu_eig_shift(b, sub, -1)), tpu_eig_mag(b, tpu_eig_shift(b, sub, 1)));
   tst = tpu_b_select(b, tpu_eig_cmp(b, "EQ", tst, tpu_ops_like(b, tst, 0)), tpu_nn_add(b, tst, around), tst);
-  tpu_val_t asup = tpu_eig_abs(b, sup), ab = tpu_eig_max(b, h, asup), ba = tpu_eig_min(b, h, asup);
-  tpu_val_t diff = tpu_eig_abs(b, tpu_nn_sub(b, dm1, d));
+  tpu_val_t asup = tpu_eig_mag(b, sup), ab = tpu_eig_max(b, h, asup), ba = tpu_eig_min(b, h, asup);
+  tpu_val_t diff = tpu_eig_mag(b, tpu_nn_sub(b, dm1, d));
   tpu_val_t aa = tpu_eig_max(b, ad, diff), bb = tpu_eig_min(b, ad, diff), s = tpu_nn_add(b, aa, ab);
   tpu_val_t lhs = tpu_nn_mul(b, ba, tpu_eig_div(b, ab, s));
   tpu_val_t rhs = tpu_eig_max(b, tpu_ops_like(b, s, c->smlnum), tpu_nn_mulc(b, tpu_nn_mul(b, bb, tpu_eig_div(b, aa, s)), c->ulp));
@@ -248,61 +269,65 @@ static tpu_val_t tpu_eig_bulge_start(tpu_builder_t* b, const tpu_eig_ctx_t* c, t
 }
 
 /* The slice of x (B, R, C) of `size` rows (dim 1) or columns (dim 2) from k (0-d). */
-static tpu_val_t tpu_eig_band(tpu_builder_t* b, tpu_val_t x, int dim, tpu_val_t k, int64_t size) {
+tpu_val_t tpu_eig_band(tpu_builder_t* b, tpu_val_t x, int dim, tpu_val_t k, int64_t size) {
   tpu_aval_t a = *tpu_b_aval(b, x);
   tpu_val_t z = tpu_b_const_i(b, TPU_I32, 0), starts[3] = {z, dim == 1 ? k : z, dim == 2 ? k : z};
   a.dims[dim] = size;
   return tpu_b_dynamic_slice(b, x, starts, a.dims);
 }
-static tpu_val_t tpu_eig_put_band(tpu_builder_t* b, tpu_val_t x, tpu_val_t band, int dim, tpu_val_t k) {
+tpu_val_t tpu_eig_put_band(tpu_builder_t* b, tpu_val_t x, tpu_val_t band, int dim, tpu_val_t k) {
   tpu_val_t z = tpu_b_const_i(b, TPU_I32, 0), starts[3] = {z, dim == 1 ? k : z, dim == 2 ? k : z};
   return tpu_b_dynamic_update_slice(b, x, band, starts);
 }
 
-/* One step of the double-shift bulge chase at row k = ks + counter (dlahqr's
- * loop 130), for every matrix whose window has m <= k <= i - 1. Carry: H, Z,
- * P (B, 4) i32 = (m, i, l, sweeping), V (B, 3) the bulge's first column, ks. */
+/* One step of the bulge chase at row k = ks + counter (dlahqr's loop 130 with
+ * 3-row reflectors, or zlahqr's loop 120 with 2-row ones: the width of V), for
+ * every matrix whose window has m <= k <= i - 1. Carry: H, Z, P (B, 4) i32 =
+ * (m, i, l, sweeping), V (B, w) the bulge's first column, ks, ke. */
 static void tpu_eig_chase_step(tpu_builder_t* b, void* ctx, tpu_val_t cnt, const tpu_val_t* in, tpu_val_t* out) {
   const tpu_eig_ctx_t* c = ctx;
   tpu_val_t H = in[0], P = in[2], V0 = in[3], ks = in[4];
-  int64_t B = tpu_b_aval(b, H)->dims[0];
+  int64_t B = tpu_b_aval(b, H)->dims[0], w = tpu_b_aval(b, V0)->dims[1];
   tpu_val_t k = tpu_nn_add(b, ks, cnt), kb = tpu_eig_bk(b, k, B), one = tpu_ops_like(b, kb, 1);
   tpu_val_t m = tpu_mx_column(b, P, 0), i = tpu_mx_column(b, P, 1), l = tpu_mx_column(b, P, 2);
   tpu_val_t im1 = tpu_nn_sub(b, i, one);
   tpu_val_t act = tpu_eig_and(b, tpu_eig_cmp(b, "NE", tpu_mx_column(b, P, 3), tpu_ops_like(b, kb, 0)),
                               tpu_eig_and(b, tpu_eig_cmp(b, "LE", m, kb), tpu_eig_cmp(b, "LE", kb, im1)));
-  tpu_val_t first = tpu_eig_cmp(b, "EQ", kb, m), nr3 = tpu_eig_cmp(b, "LT", kb, im1);
-  tpu_val_t R = tpu_eig_band(b, H, 1, k, 3); /* rows k..k+2, (B, 3, N) */
+  tpu_val_t first = tpu_eig_cmp(b, "EQ", kb, m);
+  tpu_val_t R = tpu_eig_band(b, H, 1, k, w); /* rows k..k+w-1, (B, w, N) */
   tpu_aval_t ra = *tpu_b_aval(b, R);
   tpu_val_t ci = tpu_eig_iota(b, R, 2), kr = tpu_b_broadcast_in_dim(b, k, 3, ra.dims, NULL);
   tpu_val_t on_prev = tpu_eig_cmp(b, "EQ", ci, tpu_nn_sub(b, kr, tpu_ops_like(b, kr, 1)));
-  tpu_val_t xprev = tpu_mx_pick(b, on_prev, R, 2); /* H(k..k+2, k-1), (B, 3) */
+  tpu_val_t xprev = tpu_mx_pick(b, on_prev, R, 2); /* H(k..k+w-1, k-1), (B, w) */
   tpu_aval_t xa = *tpu_b_aval(b, xprev);
   tpu_val_t x = tpu_b_select(b, tpu_mx_bcast_batch(b, first, &xa), V0, xprev);
   tpu_val_t ri = tpu_eig_iota(b, x, 1);
-  tpu_val_t drop3 = tpu_eig_and(b, tpu_eig_cmp(b, "EQ", ri, tpu_b_full(b, tpu_b_aval(b, ri), 2)),
-                                tpu_eig_not(b, tpu_mx_bcast_batch(b, nr3, &xa)));
-  x = tpu_b_select(b, drop3, tpu_b_full(b, &xa, 0), x);
-  tpu_qr_reflector_t h = tpu_qr_larfg(b, x, tpu_eig_cmp(b, "EQ", ri, tpu_b_full(b, tpu_b_aval(b, ri), 0)),
-                                      tpu_eig_cmp(b, "GT", ri, tpu_b_full(b, tpu_b_aval(b, ri), 0)));
+  if (w == 3) { /* the last step (k = i - 1) of a double shift reflects 2 rows */
+    tpu_val_t drop3 = tpu_eig_and(b, tpu_eig_cmp(b, "EQ", ri, tpu_b_full(b, tpu_b_aval(b, ri), 2)),
+                                  tpu_eig_not(b, tpu_mx_bcast_batch(b, tpu_eig_cmp(b, "LT", kb, im1), &xa)));
+    x = tpu_b_select(b, drop3, tpu_b_full(b, &xa, 0), x);
+  }
+  tpu_val_t top = tpu_eig_cmp(b, "EQ", ri, tpu_b_full(b, tpu_b_aval(b, ri), 0));
+  tpu_qr_reflector_t h = tpu_eig_larfg(b, x, top, tpu_eig_not(b, top));
   tpu_aval_t ba = *tpu_b_aval(b, h.tau);
-  tpu_val_t tau = tpu_b_select(b, act, h.tau, tpu_b_full(b, &ba, 0));
-  /* rows: columns >= k (left of k the rows are zero but for column k - 1, set below) */
-  tpu_val_t Rn = tpu_b_select(b, tpu_eig_cmp(b, "GE", ci, kr), tpu_eig_reflect(b, R, h.v, tau, 1), R);
-  /* column k - 1: (beta, 0, 0) after the first step; dlahqr scales H(m, m-1) by 1 - tau at the first */
+  tpu_val_t tau = tpu_b_select(b, act, h.tau, tpu_b_full(b, &ba, 0)), ctau = tpu_ops_conj(b, tau);
+  /* rows by G^H on columns >= k (left of k the rows are zero but for column k - 1) */
+  tpu_val_t Rn = tpu_b_select(b, tpu_eig_cmp(b, "GE", ci, kr), tpu_eig_reflect(b, R, h.v, ctau, 1), R);
+  /* column k - 1: (beta, 0, ..) after the first step; at a start m > l the small
+   * H(m, m-1) takes G^H's factor 1 - conj(tau), as dlahqr does */
   tpu_val_t put = tpu_eig_and(b, act, tpu_eig_not(b, first));
   tpu_val_t scale = tpu_eig_and(b, tpu_eig_and(b, act, first), tpu_eig_cmp(b, "GT", m, l));
-  tpu_val_t top = tpu_eig_cmp(b, "EQ", ri, tpu_b_full(b, tpu_b_aval(b, ri), 0));
-  tpu_val_t scaled = tpu_b_select(b, top, tpu_nn_mul(b, xprev, tpu_mx_bcast_batch(b, tpu_nn_sub(b, tpu_ops_like(b, tau, 1), tau), &xa)), xprev);
+  tpu_val_t f = tpu_nn_sub(b, tpu_ops_like(b, ctau, 1), ctau);
+  tpu_val_t scaled = tpu_b_select(b, top, tpu_nn_mul(b, xprev, tpu_mx_bcast_batch(b, f, &xa)), xprev);
   tpu_val_t beta0 = tpu_b_select(b, top, tpu_mx_bcast_batch(b, h.beta, &xa), tpu_b_full(b, &xa, 0));
   tpu_val_t colv = tpu_b_select(b, tpu_mx_bcast_batch(b, put, &xa), beta0,
                                 tpu_b_select(b, tpu_mx_bcast_batch(b, scale, &xa), scaled, xprev));
   Rn = tpu_b_select(b, on_prev, tpu_mx_bcast_vec(b, colv, &ra, false), Rn);
   H = tpu_eig_put_band(b, H, Rn, 1, k);
-  /* columns k..k+2 of every row (rows past min(k + 3, i) are zero there) */
-  H = tpu_eig_put_band(b, H, tpu_eig_reflect(b, tpu_eig_band(b, H, 2, k, 3), h.v, tau, 2), 2, k);
+  /* columns k..k+w-1 by G, every row (rows past min(k + w, i) are zero there) */
+  H = tpu_eig_put_band(b, H, tpu_eig_reflect(b, tpu_eig_band(b, H, 2, k, w), h.v, tau, 2), 2, k);
   out[0] = H;
-  out[1] = c->vectors ? tpu_eig_put_band(b, in[1], tpu_eig_reflect(b, tpu_eig_band(b, in[1], 2, k, 3), h.v, tau, 2), 2, k)
+  out[1] = c->vectors ? tpu_eig_put_band(b, in[1], tpu_eig_reflect(b, tpu_eig_band(b, in[1], 2, k, w), h.v, tau, 2), 2, k)
                       : in[1];
   for (int j = 2; j < 6; j++) out[j] = in[j];
 }
@@ -313,8 +338,8 @@ static tpu_val_t tpu_eig_chase_cond(tpu_builder_t* b, void* ctx, tpu_val_t cnt, 
 }
 
 /* The chase for every sweeping matrix, k over [min m, max i - 1] of those. */
-static void tpu_eig_chase(tpu_builder_t* b, const tpu_eig_ctx_t* c, tpu_val_t* H, tpu_val_t* Z, tpu_val_t sweep,
-                          tpu_val_t m, tpu_val_t i, tpu_val_t l, tpu_val_t v) {
+void tpu_eig_chase(tpu_builder_t* b, const tpu_eig_ctx_t* c, tpu_val_t* H, tpu_val_t* Z, tpu_val_t sweep,
+                   tpu_val_t m, tpu_val_t i, tpu_val_t l, tpu_val_t v) {
   tpu_val_t sw = tpu_b_convert(b, sweep, TPU_I32), cols[4] = {m, i, l, sw};
   tpu_aval_t ia = *tpu_b_aval(b, m);
   int64_t last = 0;
@@ -329,9 +354,9 @@ static void tpu_eig_chase(tpu_builder_t* b, const tpu_eig_ctx_t* c, tpu_val_t* H
   *Z = res[1];
 }
 
-/* One iteration of dlahqr for every matrix still running: deflate at the
- * bottom of its window, or chase one bulge. Carry: H, Z, S (B, 4) i32 =
- * (i, its, kdefl, failed at: i + 1 or 0); i = -1 when done. */
+/* One iteration of dlahqr (zlahqr for complex H) for every matrix still
+ * running: deflate at the bottom of its window, or chase one bulge. Carry: H,
+ * Z, S (B, 4) i32 = (i, its, kdefl, failed at: i + 1 or 0); i = -1 when done. */
 static void tpu_eig_qr_step(tpu_builder_t* b, void* ctx, tpu_val_t cnt, const tpu_val_t* in, tpu_val_t* out) {
   (void)cnt;
   const tpu_eig_ctx_t* c = ctx;
@@ -350,7 +375,9 @@ static void tpu_eig_qr_step(tpu_builder_t* b, void* ctx, tpu_val_t cnt, const tp
                                              tpu_eig_cmp(b, "EQ", tpu_eig_iota(b, H, 2), tpu_nn_sub(b, lm, tpu_ops_like(b, lm, 1)))),
                               tpu_mx_bcast_batch(b, active, &m));
   H = tpu_b_select(b, cut, tpu_b_full(b, &m, 0), H);
-  tpu_val_t conv = tpu_eig_and(b, active, tpu_eig_cmp(b, "GE", l, tpu_nn_sub(b, i, one)));
+  /* a 1 x 1 block, or (real) a 2 x 2 one, has split off */
+  bool cplx = tpu_dtype_is_complex(m.dtype);
+  tpu_val_t conv = tpu_eig_and(b, active, tpu_eig_cmp(b, "GE", l, cplx ? i : tpu_nn_sub(b, i, one)));
   tpu_val_t sweep = tpu_eig_and(b, active, tpu_eig_not(b, conv));
   tpu_val_t its1 = tpu_b_select(b, sweep, tpu_nn_add(b, its, one), zero);
   tpu_val_t kdefl1 = tpu_b_select(b, sweep, tpu_nn_add(b, kdefl, one), zero);
@@ -358,10 +385,15 @@ static void tpu_eig_qr_step(tpu_builder_t* b, void* ctx, tpu_val_t cnt, const tp
   sweep = tpu_eig_and(b, sweep, tpu_eig_not(b, failed));
   tpu_val_t i1 = tpu_b_select(b, conv, tpu_nn_sub(b, l, one), tpu_b_select(b, failed, tpu_ops_like(b, i, -1), i));
   tpu_val_t fail1 = tpu_b_select(b, failed, tpu_nn_add(b, i, one), fail);
-  tpu_val_t rtr, rti, v;
-  tpu_eig_shifts(b, d, sub, sup, i, l, kdefl1, &rtr, &rti);
-  tpu_val_t mstart = tpu_eig_bulge_start(b, c, d, sub, sup, i, l, rtr, rti, &v);
+  tpu_val_t rtr, rti, v, mstart;
+  if (cplx) {
+    mstart = tpu_eig_complex_start(b, c, d, sub, sup, i, l, kdefl1, &v);
+  } else {
+    tpu_eig_shifts(b, d, sub, sup, i, l, kdefl1, &rtr, &rti);
+    mstart = tpu_eig_bulge_start(b, c, d, sub, sup, i, l, rtr, rti, &v);
+  }
   tpu_eig_chase(b, c, &H, &Z, sweep, mstart, i, l, v);
+  if (cplx) tpu_eig_complex_realify(b, &H, &Z, sweep, c->vectors);
   tpu_val_t st[4] = {i1, its1, kdefl1, fail1};
   out[0] = H;
   out[1] = Z;
@@ -572,9 +604,11 @@ static void tpu_eig_trevc_step(tpu_builder_t* b, void* ctx, tpu_val_t cnt, const
 
 /* The eigenvectors V (B, n, n) complex with columns of norm 1, the vector of
  * a real eigenvalue real, a pair's second vector the conjugate of its first,
- * whose largest component is made real and positive; wi (B, n). */
+ * whose largest component is made real and positive; wi (B, n). For complex
+ * input (wi TPU_NOVAL), as zgeev: every vector's largest component real. */
 static tpu_val_t tpu_eig_assemble(tpu_builder_t* b, tpu_val_t V, tpu_val_t wi) {
-  tpu_aval_t m = *tpu_b_aval(b, V), wa = *tpu_b_aval(b, wi);
+  tpu_aval_t m = *tpu_b_aval(b, V), wa = tpu_mx_drop(&m, 1);
+  wa.dtype = m.dtype == TPU_C64 ? TPU_F32 : TPU_F64;
   int64_t rows = 1;
   tpu_val_t rz = tpu_b_full(b, &wa, 0), ro = tpu_b_full(b, &wa, 1);
   /* scale by the largest |entry| first: the sum of squares cannot overflow */
@@ -590,75 +624,117 @@ static tpu_val_t tpu_eig_assemble(tpu_builder_t* b, tpu_val_t V, tpu_val_t wi) {
   tpu_aval_t ia = tpu_mx_retype(&m, tpu_b_dtype(b, top));
   tpu_val_t hit = tpu_eig_cmp(b, "EQ", tpu_b_iota(b, &ia, 1), tpu_mx_bcast_vec(b, top, &ia, true));
   tpu_val_t p = tpu_mx_pick(b, hit, V, 1), ap = tpu_eig_abs(b, p);
-  tpu_val_t turn = tpu_eig_and(b, tpu_eig_cmp(b, "GT", wi, rz), tpu_eig_cmp(b, "GT", ap, rz));
+  tpu_val_t turn = tpu_eig_cmp(b, "GT", ap, rz); /* complex input: every vector */
+  if (wi != TPU_NOVAL) turn = tpu_eig_and(b, tpu_eig_cmp(b, "GT", wi, rz), turn);
   tpu_val_t ph = tpu_b_select(b, turn, tpu_nn_div(b, tpu_ops_conj(b, p), tpu_ops_complex(b, tpu_b_select(b, turn, ap, ro), rz)),
                     tpu_ops_complex(b, ro, rz));
   V = tpu_nn_mul(b, V, tpu_mx_bcast_vec(b, ph, &m, true));
+  /* that component exactly real, as LAPACK sets it */
+  tpu_aval_t rm = tpu_mx_retype(&m, wa.dtype);
+  tpu_val_t top_real = tpu_eig_and(b, hit, tpu_mx_bcast_vec(b, turn, &ia, true));
+  V = tpu_b_select(b, top_real, tpu_ops_complex(b, tpu_ops_part(b, V, false), tpu_b_full(b, &rm, 0)), V);
+  if (wi == TPU_NOVAL) return V;
   /* second of a pair: conj of the column before; real eigenvalue: real vector */
   int64_t lo[3] = {0, 0, 1}, hi[3] = {0, 0, 0};
   tpu_val_t prev = tpu_b_pad(b, tpu_mx_slice(b, V, 2, 0, m.dims[2] - 1), tpu_b_const(b, m.dtype, 0), lo, hi, NULL);
   V = tpu_b_select(b, tpu_mx_bcast_vec(b, tpu_eig_cmp(b, "LT", wi, rz), &ia, true), tpu_ops_conj(b, prev), V);
-  tpu_aval_t rm = tpu_mx_retype(&m, wa.dtype);
   tpu_val_t realv = tpu_ops_complex(b, tpu_ops_part(b, V, false), tpu_b_full(b, &rm, 0));
   return tpu_b_select(b, tpu_mx_bcast_vec(b, tpu_eig_cmp(b, "EQ", wi, rz), &ia, true), realv, V);
 }
 
 /* ------------------------------------------------------------- the driver */
 
-/* w (B, n) and, when c->vectors, V (B, n, n), complex, of the real A (B, n, n); n >= 1. */
-static void tpu_eig_run(tpu_builder_t* b, tpu_op_t* op, const tpu_eig_ctx_t* c, tpu_val_t A, tpu_val_t* out_w,
-                        tpu_val_t* out_v) {
+/* Balancing, Hessenberg form and the QR iteration (real: dlahqr, complex:
+ * zlahqr) of A (B, n, n): the (quasi-)triangular Schur form *H (B, N, N) and
+ * *Z (B, n, N); an op that does not converge fails at the next sync. */
+static void tpu_eig_schur(tpu_builder_t* b, tpu_op_t* op, const tpu_eig_ctx_t* c, tpu_val_t A, tpu_eig_balance_t* bal,
+                          tpu_val_t* H, tpu_val_t* Z) {
   tpu_aval_t a = *tpu_b_aval(b, A);
-  int64_t B = a.dims[0], n = c->n, N = c->N, lo[3] = {0, 0, 0}, hi[3] = {0, 2, 2};
-  tpu_val_t zero = tpu_b_const(b, c->t, 0);
-  tpu_eig_balance_t bal = tpu_eig_balance(b, A);
-  tpu_val_t H = tpu_b_pad(b, bal.A, zero, lo, hi, NULL);
+  bool cplx = tpu_dtype_is_complex(a.dtype);
+  int64_t B = a.dims[0], n = c->n, lo[3] = {0, 0, 0}, hi[3] = {0, 2, 2};
+  tpu_val_t zero = tpu_b_const(b, a.dtype, 0);
+  *bal = tpu_eig_balance(b, A);
+  tpu_val_t res[3], hz[2] = {tpu_b_pad(b, bal->A, zero, lo, hi, NULL), TPU_NOVAL};
   hi[1] = 0;
-  tpu_val_t Z = tpu_b_pad(b, tpu_mx_eye(b, &a), zero, lo, hi, NULL); /* (B, n, N) */
-  tpu_val_t res[3];
-  tpu_val_t hz[2] = {H, Z};
-  tpu_mx_for(b, n - 2, 2, hz, tpu_eig_hess_step, (void*)c, res);
+  hz[1] = tpu_b_pad(b, tpu_mx_eye(b, &a), zero, lo, hi, NULL); /* (B, n, N) */
+  /* complex: one more (1-element) reflector makes the last subdiagonal entry real */
+  tpu_mx_for(b, cplx ? n - 1 : n - 2, 2, hz, tpu_eig_hess_step, (void*)c, res);
   int64_t s4[2] = {B, 4};
   tpu_aval_t sa = tpu_aval_make(TPU_I32, 2, s4);
-  tpu_val_t S0 = tpu_b_select(b, tpu_eig_cmp(b, "EQ", tpu_b_iota(b, &sa, 1), tpu_b_full(b, &sa, 0)),
-                              tpu_b_full(b, &sa, (double)(n - 1)), tpu_b_full(b, &sa, 0));
-  tpu_val_t init[3] = {res[0], res[1], S0};
+  tpu_val_t S = tpu_b_select(b, tpu_eig_cmp(b, "EQ", tpu_b_iota(b, &sa, 1), tpu_b_full(b, &sa, 0)),
+                             tpu_b_full(b, &sa, (double)(n - 1)), tpu_b_full(b, &sa, 0));
+  *H = res[0];
+  *Z = res[1];
+  tpu_val_t init[3] = {res[0], res[1], S};
   tpu_mx_while(b, n * (c->itmax + 1), 3, init, tpu_eig_qr_cond, tpu_eig_qr_step, (void*)c, res, NULL);
+  *H = res[0];
+  *Z = res[1];
+  S = res[2];
   int64_t last = 0;
-  tpu_val_t failed = tpu_b_reduce(b, tpu_mx_column(b, res[2], 3), tpu_b_const_i(b, TPU_I32, 0), 1, &last,
+  tpu_val_t failed = tpu_b_reduce(b, tpu_mx_column(b, S, 3), tpu_b_const_i(b, TPU_I32, 0), 1, &last,
                                   "stablehlo.maximum");
   tpu_op_check(b, op, tpu_eig_cmp(b, "GT", failed, tpu_b_const_i(b, TPU_I32, 0)), tpu_b_convert(b, failed, TPU_I64),
                TPU_INVALID_ARGUMENT,
                "torch.linalg.eig: The algorithm failed to converge because the input matrix is ill-conditioned or "
                "has too many repeated eigenvalues (error code: {}).");
-  int64_t wd[2] = {B, N};
+}
+
+/* The real Schur form's eigenvalues wr + i wi (dlanv2 on its 2 x 2 blocks) as
+ * *wi and the complex w; with vectors, the complex triangular form *T and *Zc. */
+static tpu_val_t tpu_eig_real_blocks(tpu_builder_t* b, const tpu_eig_ctx_t* c, tpu_val_t H, tpu_val_t Z, tpu_val_t* wi,
+                                     tpu_val_t* T, tpu_val_t* Zc) {
+  int64_t n = c->n, wd[2] = {tpu_b_aval(b, H)->dims[0], c->N};
   tpu_aval_t wa = tpu_aval_make(c->t, 2, wd);
-  tpu_val_t std[3] = {res[0], res[1], tpu_b_full(b, &wa, 0)};
+  tpu_val_t std[3] = {H, Z, tpu_b_full(b, &wa, 0)}, res[3];
   tpu_mx_for(b, n - 1, 3, std, tpu_eig_std_step, (void*)c, res);
-  tpu_val_t wr = tpu_mx_slice(b, tpu_mx_diag(b, res[0]), 1, 0, n), wi = tpu_mx_slice(b, res[2], 1, 0, n);
+  tpu_val_t wr = tpu_mx_slice(b, tpu_mx_diag(b, res[0]), 1, 0, n);
+  *wi = tpu_mx_slice(b, res[2], 1, 0, n);
   /* a pair's second member from its first: XLA may evaluate one expression in
    * two fusions (with and without FMA contraction), so exact conjugates are
    * made here, not trusted to the block's two equal entries */
-  tpu_val_t second = tpu_eig_cmp(b, "LT", wi, tpu_ops_like(b, wi, 0));
+  tpu_val_t second = tpu_eig_cmp(b, "LT", *wi, tpu_ops_like(b, *wi, 0));
   wr = tpu_b_select(b, second, tpu_eig_shift(b, wr, -1), wr);
-  wi = tpu_b_select(b, second, tpu_b_unary(b, "stablehlo.negate", tpu_eig_shift(b, wi, -1)), wi);
-  *out_w = tpu_ops_complex(b, wr, wi);
+  *wi = tpu_b_select(b, second, tpu_b_unary(b, "stablehlo.negate", tpu_eig_shift(b, *wi, -1)), *wi);
+  if (c->vectors) {
+    tpu_val_t Tr = tpu_mx_slice(b, tpu_mx_slice(b, res[0], 1, 0, n), 2, 0, n);
+    tpu_val_t rz = tpu_ops_like(b, Tr, 0);
+    tpu_val_t cs[3] = {tpu_ops_complex(b, Tr, rz), tpu_ops_complex(b, tpu_mx_slice(b, res[1], 2, 0, n), rz), *wi};
+    tpu_mx_for(b, n - 1, 3, cs, tpu_eig_cschur_step, (void*)c, res);
+    *T = res[0];
+    *Zc = res[1];
+  }
+  return tpu_ops_complex(b, wr, *wi);
+}
+
+/* w (B, n) and, when c->vectors, V (B, n, n), complex, of A (B, n, n), real or
+ * complex; n >= 1. */
+static void tpu_eig_run(tpu_builder_t* b, tpu_op_t* op, const tpu_eig_ctx_t* c, tpu_val_t A, tpu_val_t* out_w,
+                        tpu_val_t* out_v) {
+  bool cplx = tpu_dtype_is_complex(tpu_b_dtype(b, A));
+  int64_t n = c->n;
+  tpu_eig_balance_t bal;
+  tpu_val_t H, Z, T = TPU_NOVAL, Zc = TPU_NOVAL, wi = TPU_NOVAL, res[3];
+  tpu_eig_schur(b, op, c, A, &bal, &H, &Z);
+  if (cplx) { /* triangular: the eigenvalues are the diagonal */
+    *out_w = tpu_mx_slice(b, tpu_mx_diag(b, H), 1, 0, n);
+    T = tpu_mx_slice(b, tpu_mx_slice(b, H, 1, 0, n), 2, 0, n);
+    Zc = tpu_mx_slice(b, Z, 2, 0, n);
+  } else {
+    *out_w = tpu_eig_real_blocks(b, c, H, Z, &wi, &T, &Zc);
+  }
   if (!c->vectors) return;
-  tpu_val_t T = tpu_mx_slice(b, tpu_mx_slice(b, res[0], 1, 0, n), 2, 0, n);
-  tpu_val_t Zr = tpu_mx_slice(b, res[1], 2, 0, n);
-  tpu_aval_t ra = *tpu_b_aval(b, T);
-  tpu_val_t rz = tpu_b_full(b, &ra, 0);
-  tpu_val_t cs[3] = {tpu_ops_complex(b, T, rz), tpu_ops_complex(b, Zr, rz), wi};
-  tpu_mx_for(b, n - 1, 3, cs, tpu_eig_cschur_step, (void*)c, res);
-  tpu_val_t Zc = res[1];
-  tpu_val_t tv[3] = {res[0], tpu_ops_complex(b, tpu_mx_eye(b, &ra), rz), *out_w};
+  tpu_aval_t ta = tpu_mx_retype(tpu_b_aval(b, T), c->t);
+  tpu_val_t rz = tpu_b_full(b, &ta, 0);
+  tpu_val_t tv[3] = {T, tpu_ops_complex(b, tpu_mx_eye(b, &ta), rz), *out_w};
   tpu_mx_for(b, n, 3, tv, tpu_eig_trevc_step, (void*)c, res);
   *out_v = tpu_eig_assemble(b, tpu_eig_unbalance(b, &bal, tpu_mx_matmul(b, Zc, res[1])), wi);
 }
 
-/* ATen's checks: f32/f64 (complex not yet), square, at least 2 dims. */
+/* ATen's checks: f32/f64/c64/c128, square, at least 2 dims. */
 static bool tpu_eig_check(tpu_builder_t* b, const tpu_aval_t* a) {
-  return tpu_mx_check_input(b, a, "linalg.eig", "linalg_eig_out_tpu", true);
+  tpu_aval_t r = *a; /* complex passes as its real type */
+  if (tpu_dtype_is_complex(r.dtype)) r.dtype = r.dtype == TPU_C64 ? TPU_F32 : TPU_F64;
+  return tpu_mx_check_input(b, &r, "linalg.eig", "linalg_eig_out_tpu", true);
 }
 
 /* linalg_eig (vectors) and _linalg_eigvals / linalg_eigvals.out. */
@@ -667,7 +743,8 @@ static tpu_status_t* tpu_eig_lower(tpu_builder_t* b, tpu_op_t* op, bool vectors,
   if (!tpu_eig_check(b, &a)) return NULL;
   int r = a.rank;
   int64_t n = a.dims[r - 1], B = tpu_aval_numel(&a) / (n > 0 ? n * n : 1);
-  tpu_dtype_t ct = a.dtype == TPU_F32 ? TPU_C64 : TPU_C128;
+  tpu_dtype_t ct = a.dtype == TPU_F32 || a.dtype == TPU_C64 ? TPU_C64 : TPU_C128;
+  tpu_dtype_t rt = ct == TPU_C64 ? TPU_F32 : TPU_F64;
   tpu_aval_t wa = tpu_mx_retype(&a, ct), va = wa;
   wa.rank--;
   *nouts = vectors ? 2 : 1;
@@ -680,8 +757,8 @@ static tpu_status_t* tpu_eig_lower(tpu_builder_t* b, tpu_op_t* op, bool vectors,
   tpu_val_t bad = tpu_eig_not(b, tpu_mx_all_finite(b, A));
   tpu_op_check(b, op, bad, TPU_NOVAL, TPU_INVALID_ARGUMENT, "torch.linalg.eig: input tensor should not contain infs or NaNs.");
   int64_t d3[3] = {B, n, n};
-  tpu_eig_ctx_t c = {n, n + 2, a.dtype, a.dtype == TPU_F64 ? DBL_EPSILON : FLT_EPSILON, 0, 30 * (n > 10 ? n : 10), vectors};
-  c.smlnum = (a.dtype == TPU_F64 ? DBL_MIN : FLT_MIN) * ((double)n / c.ulp);
+  tpu_eig_ctx_t c = {n, n + 2, rt, rt == TPU_F64 ? DBL_EPSILON : FLT_EPSILON, 0, 30 * (n > 10 ? n : 10), vectors};
+  c.smlnum = (rt == TPU_F64 ? DBL_MIN : FLT_MIN) * ((double)n / c.ulp);
   /* a non-finite A would spin until the iteration limit: run on zeros instead (the check fails the op) */
   tpu_val_t A3 = tpu_b_reshape(b, A, 3, d3);
   tpu_aval_t a3 = *tpu_b_aval(b, A3);

@@ -193,7 +193,9 @@ static void tpu_bal_scale_step(tpu_builder_t* b, void* ctx, tpu_val_t i, const t
   tpu_val_t ib = tpu_b_broadcast_in_dim(b, i, 1, tpu_b_aval(b, lo)->dims, NULL);
   tpu_val_t act = tpu_b_binary(b, "stablehlo.and", tpu_b_unary(b, "stablehlo.not", fin),
                                tpu_b_binary(b, "stablehlo.and", tpu_b_compare(b, "GE", ib, lo), tpu_b_compare(b, "LE", ib, hi)));
-  tpu_val_t col = tpu_mx_take(b, A, 2, i), row = tpu_mx_take(b, A, 1, i);
+  /* |entries| (complex: the modulus) of column and row i */
+  tpu_val_t col = tpu_b_unary(b, "stablehlo.abs", tpu_mx_take(b, A, 2, i));
+  tpu_val_t row = tpu_b_unary(b, "stablehlo.abs", tpu_mx_take(b, A, 1, i));
   tpu_aval_t la = *tpu_b_aval(b, col), ia = tpu_mx_retype(&la, TPU_I32);
   tpu_val_t idx = tpu_b_iota(b, &ia, 1), zero = tpu_b_full(b, &la, 0);
   tpu_val_t ge_lo = tpu_b_compare(b, "GE", idx, tpu_mx_bcast_batch(b, lo, &ia));
@@ -202,10 +204,10 @@ static void tpu_bal_scale_step(tpu_builder_t* b, void* ctx, tpu_val_t i, const t
   tpu_val_t c = tpu_b_unary(b, "stablehlo.sqrt", tpu_mx_sum(b, tpu_b_select(b, inr, tpu_nn_mul(b, col, col), zero), 1));
   tpu_val_t r = tpu_b_unary(b, "stablehlo.sqrt", tpu_mx_sum(b, tpu_b_select(b, inr, tpu_nn_mul(b, row, row), zero), 1));
   int64_t d1 = 1;
-  tpu_val_t ca = tpu_b_reduce(b, tpu_b_select(b, le_hi, tpu_b_unary(b, "stablehlo.abs", col), zero),
-                              tpu_b_const(b, la.dtype, 0), 1, &d1, "stablehlo.maximum");
-  tpu_val_t ra = tpu_b_reduce(b, tpu_b_select(b, ge_lo, tpu_b_unary(b, "stablehlo.abs", row), zero),
-                              tpu_b_const(b, la.dtype, 0), 1, &d1, "stablehlo.maximum");
+  tpu_val_t ca = tpu_b_reduce(b, tpu_b_select(b, le_hi, col, zero), tpu_b_const(b, la.dtype, 0), 1, &d1,
+                              "stablehlo.maximum");
+  tpu_val_t ra = tpu_b_reduce(b, tpu_b_select(b, ge_lo, row, zero), tpu_b_const(b, la.dtype, 0), 1, &d1,
+                              "stablehlo.maximum");
   tpu_val_t z = tpu_ops_like(b, c, 0), one = tpu_ops_like(b, c, 1);
   tpu_val_t live = tpu_b_binary(b, "stablehlo.and", act, tpu_b_binary(b, "stablehlo.and", tpu_b_compare(b, "NE", c, z),
                                                                      tpu_b_compare(b, "NE", r, z)));
@@ -222,6 +224,7 @@ static void tpu_bal_scale_step(tpu_builder_t* b, void* ctx, tpu_val_t i, const t
   tpu_val_t s = tpu_b_select(b, tpu_b_compare(b, "EQ", idx, tpu_b_broadcast_in_dim(b, i, ia.rank, ia.dims, NULL)),
                              tpu_mx_bcast_batch(b, f, &la), tpu_b_full(b, &la, 1));
   tpu_aval_t ma = *tpu_b_aval(b, A);
+  if (tpu_dtype_is_complex(ma.dtype)) s = tpu_ops_complex(b, s, tpu_b_full(b, &la, 0));
   out[0] = tpu_nn_div(b, tpu_nn_mul(b, A, tpu_mx_bcast_vec(b, s, &ma, true)), tpu_mx_bcast_vec(b, s, &ma, false));
   out[1] = tpu_mx_put(b, D, i, tpu_nn_mul(b, di, f));
   out[2] = tpu_bal_state(b, lo, hi, lo, tpu_b_binary(b, "stablehlo.or", tpu_bal_flag(b, S, 1), ok), fin);
@@ -246,7 +249,9 @@ tpu_eig_balance_t tpu_eig_balance(tpu_builder_t* b, tpu_val_t A) {
   static const int cols = 1;
   tpu_aval_t m = *tpu_b_aval(b, A);
   int64_t n = m.dims[1];
+  tpu_dtype_t rt = m.dtype == TPU_C64 ? TPU_F32 : m.dtype == TPU_C128 ? TPU_F64 : m.dtype;
   tpu_aval_t va = tpu_mx_drop(&m, 1), ia = tpu_mx_retype(&va, TPU_I32), ba = tpu_mx_drop(&ia, 1);
+  va.dtype = rt; /* the scale factors are real */
   tpu_val_t zero = tpu_b_full(b, &ba, 0);
   tpu_val_t S = tpu_bal_rearm(b, tpu_bal_state(b, zero, tpu_b_full(b, &ba, (double)(n - 1)), zero,
                                                tpu_b_compare(b, "NE", zero, zero), tpu_b_compare(b, "NE", zero, zero)));
@@ -257,7 +262,7 @@ tpu_eig_balance_t tpu_eig_balance(tpu_builder_t* b, tpu_val_t A) {
   st[2] = tpu_bal_rearm(b, res[2]);
   tpu_mx_while(b, n + 1, 3, st, tpu_bal_changed, tpu_bal_swap_pass, (void*)&cols, res, NULL);
   tpu_eig_balance_t bal = {TPU_NOVAL, res[1], TPU_NOVAL, TPU_NOVAL};
-  double ulp = m.dtype == TPU_F64 ? DBL_EPSILON : FLT_EPSILON, safmin = m.dtype == TPU_F64 ? DBL_MIN : FLT_MIN;
+  double ulp = rt == TPU_F64 ? DBL_EPSILON : FLT_EPSILON, safmin = rt == TPU_F64 ? DBL_MIN : FLT_MIN;
   tpu_bal_ctx_t x = {safmin / ulp, ulp / safmin, 2 * safmin / ulp, ulp / (2 * safmin)};
   tpu_val_t sc[3] = {res[0], tpu_b_full(b, &va, 1), tpu_bal_rearm(b, res[2])};
   /* each pass moves some norm sum down by 5%: a few passes; the cap only bounds the loop */

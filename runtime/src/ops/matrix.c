@@ -168,7 +168,11 @@ tpu_val_t tpu_mx_put(tpu_builder_t* b, tpu_val_t x, tpu_val_t k, tpu_val_t v) {
 }
 
 tpu_val_t tpu_mx_all_finite(tpu_builder_t* b, tpu_val_t A) {
-  tpu_val_t fin = tpu_b_convert(b, tpu_b_unary(b, "stablehlo.is_finite", A), TPU_I32);
+  tpu_val_t f = tpu_dtype_is_complex(tpu_b_dtype(b, A))
+                    ? tpu_b_binary(b, "stablehlo.and", tpu_b_unary(b, "stablehlo.is_finite", tpu_ops_part(b, A, false)),
+                                   tpu_b_unary(b, "stablehlo.is_finite", tpu_ops_part(b, A, true)))
+                    : tpu_b_unary(b, "stablehlo.is_finite", A);
+  tpu_val_t fin = tpu_b_convert(b, f, TPU_I32);
   int64_t d[TPU_MAX_RANK];
   int r = tpu_b_rank(b, A);
   for (int i = 0; i < r; i++) d[i] = i;
