@@ -336,8 +336,8 @@ static tpu_status_t* tpu_exec_run_ranged(const char* name, const char* overload,
                                          tpu_buffer_t** out_buffers, int* out_nouts) {
   int64_t range[3];
   tpu_status_t* st = tpu_exec_data_range(device, args, nargs, range);
-  if (flags & TPU_LOWER_DATA_SUM) range[1] = range[2];
   if (st) return tpu_status_annotate(st, "%s", name);
+  if (flags & TPU_LOWER_DATA_SUM) range[1] = range[2]; /* {min, sum} */
   tpu_arg_t* ext = calloc((size_t)nargs + 2, sizeof(*ext));
   if (!ext) return TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "out of host memory");
   if (nargs > 0) memcpy(ext, args, sizeof(*ext) * (size_t)nargs);
@@ -345,9 +345,8 @@ static tpu_status_t* tpu_exec_run_ranged(const char* name, const char* overload,
     ext[nargs + i].kind = TPU_ARG_INT;
     ext[nargs + i].u.i = range[i];
   }
-  st = tpu_exec_run(name, overload, fn, flags & ~(unsigned)(TPU_LOWER_DATA_RANGE | TPU_LOWER_DATA_SUM), device, ext,
-                    nargs + 2, max_outs,
-                    out_buffers, out_nouts);
+  unsigned plain = flags & ~(unsigned)(TPU_LOWER_DATA_RANGE | TPU_LOWER_DATA_SUM);
+  st = tpu_exec_run(name, overload, fn, plain, device, ext, nargs + 2, max_outs, out_buffers, out_nouts);
   free(ext);
   return st;
 }

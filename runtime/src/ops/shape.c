@@ -245,13 +245,11 @@ static tpu_status_t* tpu_lower_repeat_interleave(tpu_builder_t* b, tpu_op_t* op,
     tpu_op_check(b, op, tpu_b_compare(b, "NE", sum, tpu_b_const_i(b, TPU_I64, total)), TPU_NOVAL,
                  TPU_INVALID_ARGUMENT, "allocated size does not match required size");
   }
-  /* out[j] = number of i with ends[i] <= j */
-  int64_t cd[2] = {total, n}, b1 = 1;
-  tpu_aval_t ca = tpu_aval_make(TPU_I64, 2, cd);
-  tpu_val_t j = tpu_b_iota(b, &ca, 0);
-  tpu_val_t e = tpu_b_broadcast_in_dim(b, ends, 2, cd, &b1);
-  tpu_val_t le = tpu_b_convert(b, tpu_b_compare(b, "LE", e, j), TPU_I64);
-  tpu_val_t out = tpu_b_reduce(b, le, tpu_b_const_i(b, TPU_I64, 0), 1, &b1, "stablehlo.add");
+  /* out[j] = number of i with ends[i] <= j: a 1 where each element's run ends,
+   * summed up (ends past the last position drop out of the scatter) */
+  tpu_aval_t ma = tpu_aval_make(TPU_I64, 1, &total);
+  tpu_val_t marks = tpu_idx_scatter_dim(b, tpu_b_full(b, &ma, 0), 0, ends, tpu_ops_like(b, ends, 1), "stablehlo.add");
+  tpu_val_t out = tpu_idx_cumsum(b, marks, 0);
   return tpu_shape_one(tpu_b_convert(b, out, ra.dtype), outs, nouts);
 }
 
