@@ -21,8 +21,10 @@
  * c = 1 / sqrt(1 + t^2), s = c t. A pair is rotated only when
  * |g| > tol ||a_p|| ||a_q|| with tol = sqrt(m) eps (LAPACK gesvj's threshold:
  * the rounding floor of an m-term dot product). Sweeps run in a while loop until
- * a whole sweep rotates nothing, at most TPU_SVD_MAX_SWEEPS (Jacobi converges
- * quadratically; random 128 x 128 matrices need about 10 sweeps).
+ * every pair's |cos|, measured after the sweep by one product W W^T, is at most
+ * 2 tol (a sweep that would rotate nothing is not run to find that out), at most
+ * TPU_SVD_MAX_SWEEPS (Jacobi converges quadratically; random 128 x 128 matrices
+ * need about 10 sweeps from the identity, a few from the preconditioned start).
  *
  * U: rows of W with S > eps^2 S_max are normalised; the others (exact rank
  * deficiency, the padding column) and, for full_matrices with m > n, the
@@ -51,7 +53,8 @@ static tpu_val_t sv_max_all(tpu_builder_t* b, tpu_val_t x) {
 }
 
 typedef struct tpu_svd_ctx {
-  double tol; /* rotate pairs with |cos| above this */
+  double tol;  /* rotate pairs with |cos| above this */
+  double stop; /* sweep while some |cos|, measured after a sweep, is above this */
   int64_t m;  /* rows hold a column of A in [0, m), then (if accumulated) V's */
 } tpu_svd_ctx_t;
 
@@ -130,7 +133,29 @@ static void tpu_svd_step(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_val
   tpu_svd_move(b, &out[3], &out[4], tpu_b_rank(b, out[3]) - 1);
 }
 
-/* One sweep: n - 1 steps, off restarted at 0, norms recomputed (no drift). */
+/* The largest |cos| between two of the rows T, B (batch..., h, m): the
+ * rotation test of every pair at once, one product W W^T instead of a sweep
+ * that would only find nothing left to rotate. */
+static tpu_val_t tpu_svd_off(tpu_builder_t* b, tpu_val_t T, tpu_val_t B) {
+  int r = tpu_b_rank(b, T);
+  tpu_val_t tb[2] = {T, B};
+  tpu_val_t W = tpu_b_concat(b, 2, tb, r - 2);
+  int64_t bd[TPU_MAX_RANK], c = r - 1;
+  for (int i = 0; i < r - 2; i++) bd[i] = i;
+  tpu_val_t G = tpu_b_dot_general(b, W, W, r - 2, bd, bd, 1, &c, &c, tpu_b_dtype(b, W));
+  tpu_aval_t ga = *tpu_b_aval(b, G);
+  tpu_val_t nd = tpu_b_unary(b, "stablehlo.sqrt", tpu_mx_diag(b, G));
+  tpu_val_t nn = tpu_nn_mul(b, tpu_mx_bcast_vec(b, nd, &ga, false), tpu_mx_bcast_vec(b, nd, &ga, true));
+  tpu_aval_t ia = tpu_mx_retype(&ga, TPU_I32);
+  tpu_val_t off = tpu_b_binary(b, "stablehlo.and", tpu_b_compare(b, "NE", tpu_b_iota(b, &ia, r - 2), tpu_b_iota(b, &ia, r - 1)),
+                               tpu_b_compare(b, "GT", nn, tpu_ops_like(b, nn, 0)));
+  tpu_val_t rel = tpu_b_select(b, off, tpu_nn_div(b, tpu_b_unary(b, "stablehlo.abs", G), tpu_b_select(b, off, nn, tpu_ops_like(b, nn, 1))),
+                               tpu_ops_like(b, G, 0));
+  return sv_max_all(b, rel);
+}
+
+/* One sweep: n - 1 steps, norms recomputed (no drift); then off, the largest
+ * |cos| left, so that the loop stops as soon as nothing is left to rotate. */
 static void tpu_svd_sweep(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_val_t* in, tpu_val_t* out) {
   (void)k;
   const tpu_svd_ctx_t* cx = ctx;
@@ -141,18 +166,20 @@ static void tpu_svd_sweep(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_va
   const tpu_aval_t* a = tpu_b_aval(b, in[0]);
   tpu_val_t res[5];
   tpu_mx_for(b, 2 * a->dims[a->rank - 2] - 1, 5, init, tpu_svd_step, ctx, res);
-  for (int i = 0; i < 3; i++) out[i] = res[i];
+  out[0] = res[0];
+  out[1] = res[1];
+  out[2] = tpu_svd_off(b, tpu_svd_head(b, res[0], cx->m), tpu_svd_head(b, res[1], cx->m));
 }
 
 static tpu_val_t tpu_svd_unconverged(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_val_t* in) {
   (void)k;
   const tpu_svd_ctx_t* cx = ctx;
-  return tpu_b_compare(b, "GT", in[2], tpu_b_const(b, tpu_b_dtype(b, in[2]), cx->tol));
+  return tpu_b_compare(b, "GT", in[2], tpu_b_const(b, tpu_b_dtype(b, in[2]), cx->stop));
 }
 
 /* From this many columns Jacobi starts from A V0, V0 the eigenvectors of A^T A
  * from tridiag.c: its columns are then nearly orthogonal, and the sweeps drop
- * from about 10 to 3 or 4 (the last one only confirms). The product A V0
+ * from about 10 to a few. The product A V0
  * perturbs each column by eps ||A||, so small singular values keep an absolute
  * accuracy of eps ||A|| (as LAPACK's gesdd) rather than Jacobi's relative one. */
 #define TPU_SVD_PRECOND_MIN 32
@@ -189,7 +216,11 @@ static void tpu_svd_jacobi(tpu_builder_t* b, tpu_val_t A, bool with_v, tpu_val_t
     tpu_val_t xv[2] = {X, V};
     X = tpu_b_concat(b, 2, xv, r - 1);
   }
-  tpu_svd_ctx_t cx = {sqrt((double)m) * tpu_mx_eps(a.dtype), m};
+  /* tol is the rounding floor of an m-term dot product, so the product W W^T
+   * measures |cos| only to about tol itself: stopping at 2 tol keeps a sweep
+   * from running on for pairs whose measured |cos| is that noise */
+  double tol = sqrt((double)m) * tpu_mx_eps(a.dtype);
+  tpu_svd_ctx_t cx = {tol, 2 * tol, m};
   tpu_val_t init[3] = {tpu_mx_slice(b, X, r - 2, 0, h), tpu_mx_slice(b, X, r - 2, h, n2), tpu_b_const(b, a.dtype, 1)};
   tpu_val_t res[3];
   tpu_mx_while(b, TPU_SVD_MAX_SWEEPS, 3, init, tpu_svd_unconverged, tpu_svd_sweep, &cx, res, NULL);
