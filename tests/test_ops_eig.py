@@ -283,6 +283,21 @@ def test_complex_lu_family(dtype):
                   A, rhs, scale=10)
 
 
+@pytest.mark.parametrize("dtype", CDTYPES)
+def test_complex_det_slogdet(dtype):
+    A = torch.randn(3, 4, 4, dtype=dtype)
+    check(torch.linalg.det, A, scale=10)
+    check(torch.linalg.slogdet, A, scale=10)  # sign complex, logabsdet real
+    check(lambda a: a == a[0], A)  # eq / ne on complex, as det's backward uses them
+    check(lambda a: a != 0, A)
+    grads = []
+    for dev in ["cpu", "tpu"]:
+        X = A.detach().to(dev).requires_grad_()
+        torch.linalg.det(X).abs().sum().backward()
+        grads.append(X.grad.cpu())
+    torch.testing.assert_close(grads[1], grads[0], **tol(dtype, 100))
+
+
 def test_complex_solve_backward():
     A = torch.randn(4, 4, dtype=torch.complex128)
     B = torch.randn(4, 2, dtype=torch.complex128)

@@ -780,8 +780,8 @@ typedef struct tpu_ew_binary {
   X("minimum", NULL, bin_min, 0, "minimum_cpu")                                      \
   X("fmax", NULL, bin_fmax, 0, "fmax_cpu")                                           \
   X("fmin", NULL, bin_fmin, 0, "fmin_cpu")                                           \
-  X("eq", "EQ", NULL, EW_CMP, NULL)                                                  \
-  X("ne", "NE", NULL, EW_CMP, NULL)                                                  \
+  X("eq", "EQ", NULL, EW_CMP | EW_COMPLEX, NULL)                                     \
+  X("ne", "NE", NULL, EW_CMP | EW_COMPLEX, NULL)                                     \
   X("lt", "LT", NULL, EW_CMP, NULL)                                                  \
   X("le", "LE", NULL, EW_CMP, NULL)                                                  \
   X("gt", "GT", NULL, EW_CMP, NULL)                                                  \

@@ -225,7 +225,8 @@ static bool tpu_lu_check(tpu_builder_t* b, const tpu_aval_t* a, const char* api)
 /* ATen factors A^T for contiguous real A in det/slogdet (see the top). */
 static bool tpu_lu_use_transpose(const tpu_op_t* op, int i) {
   const tpu_arg_t* a = tpu_op_arg(op, i);
-  return a && a->kind == TPU_ARG_TENSOR && tpu_tensor_is_contiguous(&a->u.tensor);
+  return a && a->kind == TPU_ARG_TENSOR && tpu_tensor_is_contiguous(&a->u.tensor) &&
+         !tpu_dtype_is_complex(a->u.tensor.dtype);
 }
 
 /* ------------------------------------------------------------- lowerings */
@@ -347,7 +348,7 @@ static tpu_status_t* tpu_lower__linalg_solve_ex(tpu_builder_t* b, tpu_op_t* op, 
 static tpu_lu_t tpu_lu_for_det(tpu_builder_t* b, tpu_op_t* op, const char* api, tpu_val_t* diag) {
   tpu_lu_t f = {TPU_NOVAL, TPU_NOVAL, TPU_NOVAL};
   tpu_aval_t a = tpu_op_aval(op, 0);
-  if (!tpu_mx_check_input(b, &a, api, NULL, true)) return f; /* complex det: not yet */
+  if (!tpu_lu_check(b, &a, api)) return f;
   tpu_val_t A = tpu_op_tensor(b, op, 0);
   f = tpu_lu_factor(b, tpu_lu_use_transpose(op, 0) ? tpu_mx_mT(b, A) : A);
   *diag = tpu_mx_diag(b, f.LU);
@@ -380,11 +381,13 @@ static tpu_status_t* tpu_lower__linalg_slogdet(tpu_builder_t* b, tpu_op_t* op, i
   if (!tpu_b_ok(b)) return NULL;
   tpu_dtype_t t = tpu_b_dtype(b, d);
   int64_t last = tpu_b_rank(b, d) - 1;
+  /* sign: the product of d / |d| (stablehlo.sign of a complex value; 0 at 0), logabsdet real */
+  tpu_val_t ad = tpu_b_unary(b, "stablehlo.abs", d);
   tpu_val_t sgn = tpu_b_reduce(b, tpu_b_unary(b, "stablehlo.sign", d), tpu_b_const(b, t, 1), 1, &last,
                                "stablehlo.multiply");
-  tpu_val_t logs = tpu_b_unary(b, "stablehlo.log", tpu_b_unary(b, "stablehlo.abs", d));
+  tpu_val_t logs = tpu_b_unary(b, "stablehlo.log", ad);
   outs[0] = tpu_b_binary(b, "stablehlo.multiply", tpu_lu_perm_sign(b, f.pivots, t), sgn);
-  outs[1] = tpu_b_reduce(b, logs, tpu_b_const(b, t, 0), 1, &last, "stablehlo.add");
+  outs[1] = tpu_b_reduce(b, logs, tpu_b_const(b, tpu_b_dtype(b, ad), 0), 1, &last, "stablehlo.add");
   outs[2] = f.LU;
   outs[3] = f.pivots;
   *nouts = 4;
