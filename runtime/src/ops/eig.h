@@ -1,7 +1,8 @@
-/* The general eigendecomposition's parts (internal to eig.c, eig_balance.c and
- * eig_complex.c): the loop context, balancing (LAPACK dgebal's job 'B' on A
- * (B, n, n), real or complex, and dgebak's undoing on the right eigenvectors),
- * the complex QR iteration, and the small helpers they share. */
+/* The general eigendecomposition's parts, internal to eig.c, eig_balance.c,
+ * eig_complex.c and eig_vectors.c: the loop context, balancing (LAPACK
+ * dgebal's job 'B' on A (B, n, n), real or complex, and dgebak's undoing on
+ * the right eigenvectors), the complex QR iteration's parts, the Schur
+ * blocks and eigenvectors, and the small helpers they share. */
 #ifndef TORCHTPU_SRC_OPS_EIG_H_
 #define TORCHTPU_SRC_OPS_EIG_H_
 #include "matrix.h"
@@ -82,4 +83,14 @@ tpu_val_t tpu_eig_complex_start(tpu_builder_t* b, const tpu_eig_ctx_t* c, tpu_va
 /* H <- D^H H D and Z <- Z D (vectors) for the `sweep`ing matrices, D diagonal
  * unitary: the subdiagonal real and non-negative again after a complex sweep. */
 void tpu_eig_complex_realify(tpu_builder_t* b, tpu_val_t* H, tpu_val_t* Z, tpu_val_t sweep, bool vectors);
+/* dlanv2 on the real Schur form H, Z (eig_vectors.c): the eigenvalues wr + i
+ * wi (returned complex, *wi (B, n) real), pairs exactly conjugate; with
+ * c->vectors also the complex triangular *T and its *Zc (B, n, n). */
+tpu_val_t tpu_eig_real_blocks(tpu_builder_t* b, const tpu_eig_ctx_t* c, tpu_val_t H, tpu_val_t Z, tpu_val_t* wi,
+                              tpu_val_t* T, tpu_val_t* Zc);
+/* The eigenvectors (B, n, n) of the triangular complex Schur form T with
+ * vectors Zc and eigenvalues w, the balancing undone; wi as in
+ * tpu_eig_real_blocks for real input, TPU_NOVAL for complex input. */
+tpu_val_t tpu_eig_vectors(tpu_builder_t* b, const tpu_eig_ctx_t* c, tpu_val_t T, tpu_val_t Zc, tpu_val_t w,
+                          tpu_val_t wi, const tpu_eig_balance_t* bal);
 #endif
