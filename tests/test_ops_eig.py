@@ -66,6 +66,16 @@ def _compare_with_cpu(A):
     return w, V
 
 
+def _check_grad_like_cpu(loss, A, scale):
+    """d loss(X)/dX at X = A on tpu vs CPU; loss(X, dev) builds a scalar."""
+    grads = []
+    for dev in ["cpu", "tpu"]:
+        X = A.detach().to(dev).requires_grad_()
+        loss(X, dev).backward()
+        grads.append(X.grad.cpu())
+    torch.testing.assert_close(grads[1], grads[0], **tol(A.dtype, scale))
+
+
 def _check_decomposition(A, w, V):
     """A V == V diag(w), columns of norm 1, dgeev's real/conjugate conventions
     (zgeev's for complex A: the largest component of each vector real)."""
@@ -205,18 +215,8 @@ def test_eig_backward(dtype):
         w, V = torch.linalg.eig(X)
         return (V.abs() * c).sum() + (w.real * c[..., 0]).sum() + (w.imag * c[..., 1]).sum()
 
-    grads = []
-    for dev in ["cpu", "tpu"]:
-        X = A.detach().to(dev).requires_grad_()
-        loss(X, cot.to(dev)).backward()
-        grads.append(X.grad.cpu())
-    torch.testing.assert_close(grads[1], grads[0], **tol(dtype, 1e3))
-    grads = []
-    for dev in ["cpu", "tpu"]:
-        X = A.detach().to(dev).requires_grad_()
-        torch.linalg.eigvals(X).abs().sum().backward()
-        grads.append(X.grad.cpu())
-    torch.testing.assert_close(grads[1], grads[0], **tol(dtype, 1e2))
+    _check_grad_like_cpu(lambda X, dev: loss(X, cot.to(dev)), A, 1e3)
+    _check_grad_like_cpu(lambda X, dev: torch.linalg.eigvals(X).abs().sum(), A, 1e2)
 
 
 @pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
@@ -234,13 +234,11 @@ def test_eig_complex_structured_and_backward():
         _check_decomposition(A, w, V)
         _match(w, torch.linalg.eigvals(A), A, distinct=False)
     A = torch.randn(4, 4, dtype=torch.complex128)
-    grads = []
-    for dev in ["cpu", "tpu"]:
-        X = A.detach().to(dev).requires_grad_()
+    def loss(X, dev):
         w, V = torch.linalg.eig(X)
-        (V.abs().sum() + (w * w.conj()).real.sum()).backward()
-        grads.append(X.grad.cpu())
-    torch.testing.assert_close(grads[1], grads[0], **tol(torch.complex128, 1e3))
+        return V.abs().sum() + (w * w.conj()).real.sum()
+
+    _check_grad_like_cpu(loss, A, 1e3)
 
 
 # ----------------------------------------------------- complex linear algebra
@@ -290,20 +288,10 @@ def test_complex_det_slogdet(dtype):
     check(torch.linalg.slogdet, A, scale=10)  # sign complex, logabsdet real
     check(lambda a: a == a[0], A)  # eq / ne on complex, as det's backward uses them
     check(lambda a: a != 0, A)
-    grads = []
-    for dev in ["cpu", "tpu"]:
-        X = A.detach().to(dev).requires_grad_()
-        torch.linalg.det(X).abs().sum().backward()
-        grads.append(X.grad.cpu())
-    torch.testing.assert_close(grads[1], grads[0], **tol(dtype, 100))
+    _check_grad_like_cpu(lambda X, dev: torch.linalg.det(X).abs().sum(), A, 100)
 
 
 def test_complex_solve_backward():
     A = torch.randn(4, 4, dtype=torch.complex128)
     B = torch.randn(4, 2, dtype=torch.complex128)
-    grads = []
-    for dev in ["cpu", "tpu"]:
-        X = A.detach().to(dev).requires_grad_()
-        torch.linalg.solve(X, B.to(dev)).abs().sum().backward()
-        grads.append(X.grad.cpu())
-    torch.testing.assert_close(grads[1], grads[0], **tol(torch.complex128, 10))
+    _check_grad_like_cpu(lambda X, dev: torch.linalg.solve(X, B.to(dev)).abs().sum(), A, 10)

@@ -260,7 +260,15 @@ ArgList marshal_args(const Call& c, int device, ArgStore& store, int* list_elems
       const at::Tensor& ten = v.toTensor();
       if (ten.defined() && ten.device().type() == kTpu) {
         arg.kind = TPU_ARG_TENSOR;
-        arg.u.tensor = describe(ten);
+        // PyTorch's Conjugate and Negative fallbacks let a few ops through with
+        // the view bit still set (mm, addmm, bmm, dot, vdot, mv ...: CPU's BLAS
+        // reads it); lowerings read storages, so such an input is materialised.
+        if ((ten.is_conj() || ten.is_neg()) && !ai.write) {
+          store.keep_alive.push_back(ten.resolve_conj().resolve_neg());
+          arg.u.tensor = describe(store.keep_alive.back());
+        } else {
+          arg.u.tensor = describe(ten);
+        }
       } else if (ten.defined()) {
         arg.kind = TPU_ARG_SCALAR;  // 0-dim cpu tensor (checked by op_device)
         arg.u.scalar = scalar_from_cpu_tensor(ten, c.full);
@@ -358,19 +366,6 @@ void push_results(const Call& c, Results& rs) {
   for (auto& o : outs) torch::jit::push(*c.stack, std::move(o));
 }
 
-// PyTorch's Conjugate and Negative fallbacks let a few ops through with the
-// view bit still set (mm, addmm, bmm, dot, vdot, mv ...: CPU's BLAS reads it);
-// lowerings read storages, so such an input is materialised here first.
-void resolve_view_bits(const Call& c) {
-  for (size_t i = 0; i < c.nargs(); ++i) {
-    if (c.info.args[i].write) continue;
-    c10::IValue& v = (*c.stack)[c.base + i];
-    if (!v.isTensor()) continue;
-    const at::Tensor& t = v.toTensor();
-    if (t.defined() && (t.is_conj() || t.is_neg())) v = t.resolve_conj().resolve_neg();
-  }
-}
-
 void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = op.schema();
   TORCH_INTERNAL_ASSERT(stack->size() >= schema.arguments().size());
@@ -382,7 +377,6 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     return;
   }
   const int device = op_device(c);
-  resolve_view_bits(c);
   ArgStore store;
   int list_elems = 0;
   ArgList args = marshal_args(c, device, store, &list_elems);

@@ -111,11 +111,6 @@ tpu_val_t tpu_eig_reflect(tpu_builder_t* b, tpu_val_t x, tpu_val_t v, tpu_val_t 
   return tpu_nn_sub(b, x, outer);
 }
 
-tpu_val_t tpu_eig_mag(tpu_builder_t* b, tpu_val_t x) {
-  if (!tpu_dtype_is_complex(tpu_b_dtype(b, x))) return tpu_eig_abs(b, x);
-  return tpu_nn_add(b, tpu_eig_abs(b, tpu_ops_part(b, x, false)), tpu_eig_abs(b, tpu_ops_part(b, x, true)));
-}
-
 tpu_qr_reflector_t tpu_eig_larfg(tpu_builder_t* b, tpu_val_t x, tpu_val_t at, tpu_val_t below) {
   if (!tpu_dtype_is_complex(tpu_b_dtype(b, x))) return tpu_qr_larfg(b, x, at, below);
   tpu_aval_t vec = *tpu_b_aval(b, x);
@@ -169,12 +164,12 @@ static void tpu_eig_hess_step(tpu_builder_t* b, void* ctx, tpu_val_t k, const tp
  * the largest such k, else 0 (the window's top l). */
 tpu_val_t tpu_eig_deflation_point(tpu_builder_t* b, const tpu_eig_ctx_t* c, tpu_val_t d, tpu_val_t sub,
                                          tpu_val_t sup, tpu_val_t i) {
-  tpu_val_t h = tpu_eig_mag(b, sub), dm1 = tpu_eig_shift(b, d, -1), ad = tpu_eig_mag(b, d);
-  tpu_val_t tst = tpu_nn_add(b, tpu_eig_mag(b, dm1), ad);
-  tpu_val_t around = tpu_nn_add(b, tpu_eig_mag(b, tpu_eig_shift(b, sub, -1)), tpu_eig_mag(b, tpu_eig_shift(b, sub, 1)));
+  tpu_val_t h = tpu_mx_cabs1(b, sub), dm1 = tpu_eig_shift(b, d, -1), ad = tpu_mx_cabs1(b, d);
+  tpu_val_t tst = tpu_nn_add(b, tpu_mx_cabs1(b, dm1), ad);
+  tpu_val_t around = tpu_nn_add(b, tpu_mx_cabs1(b, tpu_eig_shift(b, sub, -1)), tpu_mx_cabs1(b, tpu_eig_shift(b, sub, 1)));
   tst = tpu_b_select(b, tpu_eig_cmp(b, "EQ", tst, tpu_ops_like(b, tst, 0)), tpu_nn_add(b, tst, around), tst);
-  tpu_val_t asup = tpu_eig_mag(b, sup), ab = tpu_eig_max(b, h, asup), ba = tpu_eig_min(b, h, asup);
-  tpu_val_t diff = tpu_eig_mag(b, tpu_nn_sub(b, dm1, d));
+  tpu_val_t asup = tpu_mx_cabs1(b, sup), ab = tpu_eig_max(b, h, asup), ba = tpu_eig_min(b, h, asup);
+  tpu_val_t diff = tpu_mx_cabs1(b, tpu_nn_sub(b, dm1, d));
   tpu_val_t aa = tpu_eig_max(b, ad, diff), bb = tpu_eig_min(b, ad, diff), s = tpu_nn_add(b, aa, ab);
   tpu_val_t lhs = tpu_nn_mul(b, ba, tpu_eig_div(b, ab, s));
   tpu_val_t rhs = tpu_eig_max(b, tpu_ops_like(b, s, c->smlnum), tpu_nn_mulc(b, tpu_nn_mul(b, bb, tpu_eig_div(b, aa, s)), c->ulp));

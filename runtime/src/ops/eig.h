@@ -35,8 +35,6 @@ tpu_val_t tpu_eig_unbalance(tpu_builder_t* b, const tpu_eig_balance_t* bal, tpu_
 
 /* ---- shared by eig.c and eig_complex.c (values are (B, ...) batches) ---- */
 tpu_val_t tpu_eig_abs(tpu_builder_t* b, tpu_val_t x);
-/* |x| for real x, |re| + |im| (LAPACK's cabs1) for complex x. */
-tpu_val_t tpu_eig_mag(tpu_builder_t* b, tpu_val_t x);
 tpu_val_t tpu_eig_max(tpu_builder_t* b, tpu_val_t x, tpu_val_t y);
 tpu_val_t tpu_eig_min(tpu_builder_t* b, tpu_val_t x, tpu_val_t y);
 tpu_val_t tpu_eig_sqrt(tpu_builder_t* b, tpu_val_t x);

@@ -33,9 +33,9 @@ static tpu_val_t tpu_eigc_shift(tpu_builder_t* b, tpu_val_t d, tpu_val_t sub, tp
   tpu_val_t te = tpu_nn_add(b, tpu_ops_complex(b, tpu_nn_mulc(b, se, 0.75), r0), tpu_b_select(b, at_i, di, tpu_eig_at(b, d, l)));
   /* Wilkinson: the eigenvalue of the trailing 2 x 2 block nearer H(i, i) */
   tpu_val_t u = tpu_nn_mul(b, tpu_eig_sqrt(b, tpu_eig_at(b, sup, i)), tpu_eig_sqrt(b, si));
-  tpu_val_t su = tpu_eig_mag(b, u);
+  tpu_val_t su = tpu_mx_cabs1(b, u);
   tpu_val_t x = tpu_nn_mulc(b, tpu_nn_sub(b, dm, di), 0.5);
-  tpu_val_t sx = tpu_eig_mag(b, x), s = tpu_eig_max(b, su, sx);
+  tpu_val_t sx = tpu_mx_cabs1(b, x), s = tpu_eig_max(b, su, sx);
   tpu_val_t sc = tpu_ops_complex(b, tpu_b_select(b, tpu_eig_cmp(b, "EQ", s, r0), r1, s), r0);
   tpu_val_t xs = tpu_nn_div(b, x, sc), us = tpu_nn_div(b, u, sc);
   tpu_val_t y = tpu_nn_mul(b, sc, tpu_eig_sqrt(b, tpu_nn_add(b, tpu_nn_mul(b, xs, xs), tpu_nn_mul(b, us, us))));
@@ -45,7 +45,7 @@ static tpu_val_t tpu_eigc_shift(tpu_builder_t* b, tpu_val_t d, tpu_val_t sub, tp
   y = tpu_b_select(b, tpu_eig_and(b, tpu_eig_cmp(b, "GT", sx, r0), tpu_eig_cmp(b, "LT", dot, r0)),
                    tpu_b_unary(b, "stablehlo.negate", y), y);
   tpu_val_t xy = tpu_nn_add(b, x, y);
-  tpu_val_t xyz = tpu_eig_cmp(b, "EQ", tpu_eig_mag(b, xy), r0);
+  tpu_val_t xyz = tpu_eig_cmp(b, "EQ", tpu_mx_cabs1(b, xy), r0);
   tpu_val_t tw = tpu_nn_sub(b, di, tpu_nn_mul(b, u, tpu_nn_div(b, u, tpu_b_select(b, xyz, tpu_ops_complex(b, r1, r0), xy))));
   tw = tpu_b_select(b, tpu_eig_or(b, tpu_eig_cmp(b, "EQ", su, r0), xyz), di, tw);
   return tpu_b_select(b, exc, te, tw);
@@ -59,15 +59,14 @@ static tpu_val_t tpu_eigc_start(tpu_builder_t* b, const tpu_eig_ctx_t* c, tpu_va
   tpu_aval_t va = *tpu_b_aval(b, d);
   tpu_val_t h11 = d, h22 = tpu_eig_shift(b, d, 1);
   tpu_val_t h11s = tpu_nn_sub(b, h11, tpu_mx_bcast_batch(b, t, &va));
-  tpu_val_t h21 = tpu_eig_abs(b, tpu_ops_part(b, tpu_eig_shift(b, sub, 1), false));
-  tpu_val_t h21r = tpu_ops_part(b, tpu_eig_shift(b, sub, 1), false);
-  tpu_val_t s = tpu_nn_add(b, tpu_eig_mag(b, h11s), h21);
+  tpu_val_t h21r = tpu_ops_part(b, tpu_eig_shift(b, sub, 1), false), h21 = tpu_eig_abs(b, h21r);
+  tpu_val_t s = tpu_nn_add(b, tpu_mx_cabs1(b, h11s), h21);
   tpu_val_t r0 = tpu_ops_like(b, s, 0);
   tpu_val_t s1 = tpu_b_select(b, tpu_eig_cmp(b, "EQ", s, r0), tpu_ops_like(b, s, 1), s);
   tpu_val_t v1 = tpu_nn_div(b, h11s, tpu_ops_complex(b, s1, r0)), v2 = tpu_nn_div(b, h21r, s1);
   tpu_val_t h10 = tpu_eig_abs(b, tpu_ops_part(b, sub, false));
   tpu_val_t lhs = tpu_nn_mul(b, h10, tpu_eig_abs(b, v2));
-  tpu_val_t rhs = tpu_nn_mulc(b, tpu_nn_mul(b, tpu_eig_mag(b, v1), tpu_nn_add(b, tpu_eig_mag(b, h11), tpu_eig_mag(b, h22))), c->ulp);
+  tpu_val_t rhs = tpu_nn_mulc(b, tpu_nn_mul(b, tpu_mx_cabs1(b, v1), tpu_nn_add(b, tpu_mx_cabs1(b, h11), tpu_mx_cabs1(b, h22))), c->ulp);
   tpu_val_t idx = tpu_eig_iota(b, d, 1);
   tpu_aval_t ia = *tpu_b_aval(b, idx);
   tpu_val_t lv = tpu_mx_bcast_batch(b, l, &ia), i1 = tpu_nn_sub(b, tpu_mx_bcast_batch(b, i, &ia), tpu_b_full(b, &ia, 1));

@@ -34,13 +34,6 @@ static tpu_val_t tpu_lu_swap(tpu_builder_t* b, tpu_val_t v, int dim, tpu_val_t k
 
 /* ---------------------------------------------------------- factorisation */
 
-/* |x|, or |re| + |im| for complex x: the size izamax compares pivots by. */
-static tpu_val_t tpu_lu_cabs1(tpu_builder_t* b, tpu_val_t x) {
-  if (!tpu_dtype_is_complex(tpu_b_dtype(b, x))) return tpu_b_unary(b, "stablehlo.abs", x);
-  return tpu_b_binary(b, "stablehlo.add", tpu_b_unary(b, "stablehlo.abs", tpu_ops_part(b, x, false)),
-                      tpu_b_unary(b, "stablehlo.abs", tpu_ops_part(b, x, true)));
-}
-
 /* Carry: A (batch..., n, n), pivots (batch..., n) i32 1-based, perm (batch..., n) i32. */
 static void tpu_lu_factor_step(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_val_t* in, tpu_val_t* out) {
   (void)ctx;
@@ -54,7 +47,7 @@ static void tpu_lu_factor_step(tpu_builder_t* b, void* ctx, tpu_val_t k, const t
 
   /* p = argmax over rows >= k of |A[:, k]| (first on ties, NaN wins, like idamax) */
   tpu_val_t col = tpu_mx_take(b, A, r - 1, k);
-  tpu_val_t mag = tpu_b_select(b, tpu_b_compare(b, "GE", vidx, kv), tpu_lu_cabs1(b, col),
+  tpu_val_t mag = tpu_b_select(b, tpu_b_compare(b, "GE", vidx, kv), tpu_mx_cabs1(b, col),
                                tpu_b_full(b, &rvec, -INFINITY));
   tpu_val_t p64;
   tpu_b_argreduce(b, mag, r - 2, true, NULL, &p64);

@@ -144,6 +144,12 @@ tpu_val_t tpu_mx_diag(tpu_builder_t* b, tpu_val_t x) {
 
 double tpu_mx_eps(tpu_dtype_t t) { return t == TPU_F64 ? DBL_EPSILON : FLT_EPSILON; }
 
+tpu_val_t tpu_mx_cabs1(tpu_builder_t* b, tpu_val_t x) {
+  if (!tpu_dtype_is_complex(tpu_b_dtype(b, x))) return tpu_b_unary(b, "stablehlo.abs", x);
+  return tpu_b_binary(b, "stablehlo.add", tpu_b_unary(b, "stablehlo.abs", tpu_ops_part(b, x, false)),
+                      tpu_b_unary(b, "stablehlo.abs", tpu_ops_part(b, x, true)));
+}
+
 tpu_val_t tpu_mx_column(tpu_builder_t* b, tpu_val_t S, int j) {
   int64_t B = tpu_b_aval(b, S)->dims[0];
   return tpu_b_reshape(b, tpu_mx_slice(b, S, 1, j, j + 1), 1, &B);

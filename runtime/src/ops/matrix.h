@@ -74,6 +74,8 @@ tpu_val_t tpu_mx_all_finite(tpu_builder_t* b, tpu_val_t A);
  * because the input matrix contained non-finite values." when A has a NaN or
  * an infinity. */
 void tpu_mx_check_finite(tpu_builder_t* b, tpu_op_t* op, tpu_val_t A, const char* api);
+/* |x| for real x, |re| + |im| (LAPACK's cabs1, izamax's pivot size) for complex x. */
+tpu_val_t tpu_mx_cabs1(tpu_builder_t* b, tpu_val_t x);
 /* The unit roundoff eps of a linalg dtype (f32 or f64). */
 double tpu_mx_eps(tpu_dtype_t t);
 /* x (batch..., n) with its entry k (0-d i32) set to v (batch...). */
