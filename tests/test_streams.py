@@ -86,6 +86,52 @@ def test_event_covers_work_recorded_before_it():
     assert_same(y, ref(), scale=10)
 
 
+def test_event_is_not_extended_by_later_dependent_work():
+    """The in-flight tracker lets an execution that reads the newest entry's output take
+    its place; an entry an event captured is never extended, so the event's query stays
+    exact while dependent work submitted after it still runs."""
+    torch.tpu.synchronize()
+    y, ref = _heavy(steps=4)  # 8 executions: one tracker entry that later work could extend
+    ev = torch.tpu.Event()
+    ev.record()
+    ev.synchronize()
+    z = y
+    for _ in range(8):  # reads y: would take y's entry if the event had not captured it
+        z = torch.tanh(z @ z)
+    assert ev.query()
+    torch.tpu.synchronize()
+    expected = ref()
+    assert_same(y, expected, scale=10)
+    for _ in range(8):
+        expected = torch.tanh(expected @ expected)
+    assert_same(z, expected, scale=10)
+
+
+@pytest.mark.skipif(torchtpu.get_eager_mode() != "strict", reason="strict mode's tracker: debug waits per op, fused records")
+def test_dependent_chain_pays_one_readiness_query_per_16_ops():
+    torch.tpu.synchronize()
+    x0 = torch.randn(16, generator=torch.Generator().manual_seed(0))
+    x = x0.to("tpu")
+    before = torchtpu.metrics()["inflight_queries"]
+    for i in range(160):
+        x = x.add(1e-3) if i % 2 == 0 else x.mul(0.999)
+    chained = torchtpu.metrics()["inflight_queries"] - before
+    # Independent ops (each reads only `base`) each stay an entry and are queried once retired.
+    before = torchtpu.metrics()["inflight_queries"]
+    base = x0.to("tpu")
+    independent = [base.add(float(i)) for i in range(64)]
+    spread = torchtpu.metrics()["inflight_queries"] - before
+    torch.tpu.synchronize()
+    assert chained <= 160 // 16 + 2, chained
+    assert spread >= 32, spread
+    ref = x0
+    for i in range(160):
+        ref = ref.add(1e-3) if i % 2 == 0 else ref.mul(0.999)
+    assert_same(x, ref)
+    for i, t in enumerate(independent):
+        assert_same(t, x0.add(float(i)))
+
+
 def test_timing_events_measure_device_work():
     torch.tpu.synchronize()
     start, end = torch.tpu.Event(enable_timing=True), torch.tpu.Event(enable_timing=True)

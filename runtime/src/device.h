@@ -152,9 +152,11 @@ void tpu_fuse_set_donation(bool on);
 /* INVALID_ARGUMENT naming the device unless 0 <= device < device count. */
 tpu_status_t* tpu_runtime_check_device(int device);
 
-/* Records a buffer whose work is in flight so tpu_runtime_synchronize can wait
- * for it (implemented in the client; bounded list, oldest dropped once ready). */
-void tpu_runtime_track_inflight(tpu_buffer_t* buf); /* retains `buf` */
+/* Records an execution in flight by its first output `buf` so
+ * tpu_runtime_synchronize can wait for it (stream.c; bounded list, oldest
+ * dropped once ready). `inputs` are the buffers the execution read: when it
+ * read the newest entry's buffer it stands for that entry (see stream.c). */
+void tpu_runtime_track_inflight(tpu_buffer_t* buf, int ninputs, tpu_buffer_t* const* inputs); /* retains `buf` */
 /* How many references to `buf` the in-flight list holds (0 once finished). */
 int tpu_runtime_inflight_holds(const tpu_buffer_t* buf);
 /* Drops in-flight entries whose work has finished (no wait). */

@@ -15,16 +15,21 @@
 
 /* ------------------------------------------------------------ the snapshot */
 
+/* Room for a typical op's arguments without a heap allocation per op. */
+#define TPU_SNAPSHOT_SMALL 8
+
 typedef struct tpu_snapshot {
   int nviews;
   tpu_view_arg_t* views;
   int* view_base;
+  tpu_view_arg_t small_views[TPU_SNAPSHOT_SMALL];
+  int small_base[TPU_SNAPSHOT_SMALL];
 } tpu_snapshot_t;
 
 static void tpu_snapshot_release(tpu_snapshot_t* s) {
   for (int i = 0; i < s->nviews; ++i) tpu_buffer_release(s->views[i].buffer);
-  free(s->views);
-  free(s->view_base);
+  if (s->views != s->small_views) free(s->views);
+  if (s->view_base != s->small_base) free(s->view_base);
 }
 
 /* The kinds whose payload is u.list (n entries): lengths come from the caller
@@ -35,7 +40,9 @@ static bool arg_is_list(tpu_arg_kind_t kind) {
 }
 
 static tpu_status_t* tpu_snapshot_take(int device, const tpu_arg_t* args, int nargs, tpu_snapshot_t* s) {
-  memset(s, 0, sizeof(*s));
+  s->nviews = 0;
+  s->views = s->small_views;
+  s->view_base = s->small_base;
   if (nargs < 0) return TPU_STATUS(TPU_INVALID_ARGUMENT, "negative argument count %d", nargs);
   int n = 0;
   for (int i = 0; i < nargs; ++i) {
@@ -44,8 +51,9 @@ static tpu_status_t* tpu_snapshot_take(int device, const tpu_arg_t* args, int na
     if (args[i].kind == TPU_ARG_TENSOR) n += 1;
     else if (args[i].kind == TPU_ARG_TENSOR_LIST) n += args[i].u.list.n;
   }
-  s->views = calloc((size_t)(n ? n : 1), sizeof(*s->views));
-  s->view_base = calloc((size_t)(nargs ? nargs : 1), sizeof(int));
+  if (n > TPU_SNAPSHOT_SMALL) s->views = calloc((size_t)n, sizeof(*s->views));
+  else memset(s->small_views, 0, sizeof(tpu_view_arg_t) * (size_t)n);
+  if (nargs > TPU_SNAPSHOT_SMALL) s->view_base = calloc((size_t)nargs, sizeof(int));
   if (!s->views || !s->view_base) {
     tpu_snapshot_release(s);
     return TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "out of host memory");

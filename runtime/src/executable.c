@@ -568,7 +568,7 @@ tpu_status_t* tpu_executable_launch_donating(tpu_executable_t* exe, int device, 
     if (status) release_all(nouts, out_buffers);
   } else if (nouts > 0) {
     /* All outputs of one execution become ready together: tracking one is enough. */
-    tpu_runtime_track_inflight(out_buffers[0]);
+    tpu_runtime_track_inflight(out_buffers[0], nargs, args);
   }
 
 done:

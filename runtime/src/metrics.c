@@ -39,6 +39,7 @@ static const char* const kNames[] = {
     [TPU_METRIC_DONATED_BUFFERS] = "donated_buffers",
     [TPU_METRIC_QUICK_COMPILES] = "compiles_quick",
     [TPU_METRIC_FUSED_UNFUSED] = "fused_unfused_runs",
+    [TPU_METRIC_INFLIGHT_QUERIES] = "inflight_queries",
 };
 static_assert(sizeof kNames / sizeof kNames[0] == TPU_METRIC_COUNT, "one name per metric");
 

@@ -3,10 +3,14 @@
  *
  * Every execution's first output is kept (retained) in a ring with the device,
  * the stream current on the submitting thread and a sequence number. Entries
- * leave the front once finished; when the ring is full the submitter waits for
- * the oldest. So an entry missing from the ring is finished (or was waited
- * for), and "the work of stream S up to sequence Q" is exactly the ring's
- * entries of S with seq <= Q. */
+ * leave the front once finished; when the ring holds too much work the
+ * submitter waits for the oldest. So an entry missing from the ring is finished
+ * (or was waited for), and "the work of stream S up to sequence Q" is exactly
+ * the ring's entries of S with seq <= Q.
+ *
+ * An execution that reads the newest entry's output takes that entry's place
+ * (covers_newest_locked): a chain of dependent ops holds one entry and pays one
+ * readiness query per TPU_INFLIGHT_CHAIN ops instead of one per op. */
 #include "torchtpu/stream.h"
 
 #include <pthread.h>
@@ -19,22 +23,30 @@
 #include "pjrt/pjrt.h"
 #include "tracing.h"
 
-/* Enough to keep every executing op's output in view without making each
- * submission scan a long list; beyond it the submitter waits for the oldest,
- * which bounds how far the host runs ahead of the device. */
+/* How many executions the ring may stand for before the submitter waits for
+ * the oldest: it bounds how far the host runs ahead of the device without
+ * making each submission scan a long list. */
 #define TPU_INFLIGHT_CAP 64
+/* How many chained executions one entry stands for at most: a long chain still
+ * retires (and reports errors) in steps, not only at the next sync. */
+#define TPU_INFLIGHT_CHAIN 16
 
 typedef struct inflight {
   tpu_buffer_t* buf; /* retained */
   int device;
   int64_t stream;
-  uint64_t seq;
+  uint64_t seq;  /* of the first execution it stands for */
+  int covers;    /* executions it stands for (1..TPU_INFLIGHT_CHAIN) */
 } inflight_t;
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static inflight_t g_ring[TPU_INFLIGHT_CAP];
 static int g_head, g_len;
+static int g_covered; /* executions the entries stand for */
 static uint64_t g_seq; /* of the last submission */
+/* The latest g_seq a stream wait, query or event captured: an entry it selects
+ * is never extended by later work, so such a wait covers exactly its work. */
+static uint64_t g_fence;
 /* The first asynchronous error seen while dropping finished entries, kept for
  * the next synchronize so no failure goes unreported. */
 static tpu_status_t* g_error;
@@ -53,17 +65,25 @@ static void note_error_locked(tpu_status_t* status) {
   }
 }
 
+/* Removes the oldest entry; returns its (retained) buffer. */
+static tpu_buffer_t* pop_oldest_locked(void) {
+  inflight_t* head = ring_at(0);
+  tpu_buffer_t* buf = head->buf;
+  g_covered -= head->covers;
+  g_head = (g_head + 1) % TPU_INFLIGHT_CAP;
+  g_len--;
+  return buf;
+}
+
 /* Drops finished entries from the front: work completes roughly in order, so
  * the scan stops at the first busy one and stays O(1) amortised. */
 static void retire_locked(void) {
   while (g_len > 0) {
-    inflight_t* head = ring_at(0);
     bool ready = false;
-    note_error_locked(tpu_buffer_check(head->buf, false, &ready));
+    tpu_metric_add(TPU_METRIC_INFLIGHT_QUERIES, 1);
+    note_error_locked(tpu_buffer_check(ring_at(0)->buf, false, &ready));
     if (!ready) break;
-    tpu_buffer_release(head->buf);
-    g_head = (g_head + 1) % TPU_INFLIGHT_CAP;
-    g_len--;
+    tpu_buffer_release(pop_oldest_locked());
   }
 }
 
@@ -81,26 +101,54 @@ int tpu_runtime_inflight_holds(const tpu_buffer_t* buf) {
   return n;
 }
 
-void tpu_runtime_track_inflight(tpu_buffer_t* buf) {
+/* Whether the newest entry's work is an input of the execution being tracked
+ * on the same device and stream. That execution then stands for it: it cannot
+ * finish before its input is written, and PJRT fails the outputs of an
+ * execution whose input failed, so waiting for and checking the later one
+ * covers both. The entry keeps its first sequence number, and one that a
+ * stream wait or event already captured (g_fence) is not extended, so a wait
+ * still covers exactly the work submitted before it.
+ * A chain of dependent ops (most eager code) thus holds one entry and pays one
+ * readiness query (inflight_queries) per TPU_INFLIGHT_CHAIN ops. */
+static bool covers_newest_locked(int device, int64_t stream, int ninputs, tpu_buffer_t* const* inputs) {
+  if (g_len == 0) return false;
+  const inflight_t* newest = ring_at(g_len - 1);
+  if (newest->device != device || newest->stream != stream || newest->covers >= TPU_INFLIGHT_CHAIN ||
+      newest->seq <= g_fence)
+    return false;
+  for (int i = 0; i < ninputs; i++)
+    if (inputs[i] == newest->buf) return true;
+  return false;
+}
+
+void tpu_runtime_track_inflight(tpu_buffer_t* buf, int ninputs, tpu_buffer_t* const* inputs) {
   if (!buf) return;
   const int device = tpu_buffer_device(buf);
   const int64_t stream = device >= 0 && device < TPU_MAX_DEVICES ? tls_stream[device] : 0;
-  inflight_t oldest = {0};
+  tpu_buffer_t* oldest = NULL;
+  tpu_buffer_t* replaced = NULL;
   pthread_mutex_lock(&g_mu);
-  retire_locked();
-  if (g_len == TPU_INFLIGHT_CAP) {
-    oldest = *ring_at(0);
-    g_head = (g_head + 1) % TPU_INFLIGHT_CAP;
-    g_len--;
+  ++g_seq;
+  if (covers_newest_locked(device, stream, ninputs, inputs)) {
+    inflight_t* newest = ring_at(g_len - 1);
+    replaced = newest->buf;
+    newest->buf = tpu_buffer_retain(buf);
+    newest->covers++;
+  } else {
+    retire_locked();
+    if (g_len == TPU_INFLIGHT_CAP) oldest = pop_oldest_locked();
+    *ring_at(g_len) = (inflight_t){tpu_buffer_retain(buf), device, stream, g_seq, 1};
+    g_len++;
   }
-  *ring_at(g_len) = (inflight_t){tpu_buffer_retain(buf), device, stream, ++g_seq};
-  g_len++;
+  g_covered++;
+  if (!oldest && g_covered > TPU_INFLIGHT_CAP) oldest = pop_oldest_locked();
   pthread_mutex_unlock(&g_mu);
-  if (oldest.buf) {
+  tpu_buffer_release(replaced);
+  if (oldest) {
     /* Full: wait outside the lock so other threads keep submitting. */
     bool ready = false;
-    tpu_status_t* status = tpu_buffer_check(oldest.buf, true, &ready);
-    tpu_buffer_release(oldest.buf);
+    tpu_status_t* status = tpu_buffer_check(oldest, true, &ready);
+    tpu_buffer_release(oldest);
     if (status) {
       pthread_mutex_lock(&g_mu);
       note_error_locked(status);
@@ -130,7 +178,7 @@ static int collect_locked(const selector_t* sel, tpu_buffer_t** out) {
   }
   if (sel->all) {
     for (int i = 0; i < g_len; i++) tpu_buffer_release(ring_at(i)->buf);
-    g_head = g_len = 0;
+    g_head = g_len = g_covered = 0;
   }
   return n;
 }
@@ -209,6 +257,7 @@ static tpu_status_t* check_stream(int device, int64_t stream) {
 static selector_t stream_so_far(int device, int64_t stream) {
   pthread_mutex_lock(&g_mu);
   const uint64_t upto = g_seq;
+  g_fence = upto;
   pthread_mutex_unlock(&g_mu);
   return (selector_t){false, device, stream, upto};
 }
