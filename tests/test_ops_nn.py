@@ -206,6 +206,31 @@ def test_pool_half(dtype):
     check(lambda x: A._adaptive_avg_pool2d(x, (3, 3)), x)
 
 
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8])
+def test_pool_integers(dtype):
+    """Integer pooling as PyTorch's CPU kernels: max pools take every integer type
+    (the type's minimum in the window still wins over padding), average pools int64
+    only, the window sum divided with truncation toward zero; exact equality."""
+    g = torch.Generator().manual_seed(0)
+    low = 0 if dtype == torch.uint8 else -100
+    x = torch.randint(low, 100, (2, 3, 7, 9), generator=g).to(dtype)
+    x[0, 0, :2, :2] = torch.iinfo(dtype).min
+    for k, s, p, d, ceil in [(3, 1, 0, 1, False), (3, 2, 1, 1, False), (2, 2, 0, 1, True), (3, 1, 1, 2, False)]:
+        check(lambda x: A.max_pool2d_with_indices(x, k, s, p, d, ceil), x)
+    x3 = x[:, :, :6].reshape(2, 3, 6, 3, 3)
+    check(lambda x: A.max_pool3d_with_indices(x, 2, 1, 1, 1, False), x3)
+    if dtype != torch.int64:
+        with pytest.raises(NotImplementedError, match="avg_pool2d"):
+            F.avg_pool2d(x.to("tpu"), 2)
+        return
+    for k, s, p, ceil, cip, div in [(3, 1, 0, False, True, None), (3, 2, 1, False, True, None),
+                                    (3, 2, 1, False, False, None), (2, 2, 0, True, True, 3)]:
+        check(lambda x: A.avg_pool2d(x, k, s, p, ceil, cip, div), x)
+    check(lambda x: A.avg_pool3d(x, 2, 1, 1, False, True, None), x3)
+    check(lambda x: F.avg_pool1d(x, 3, 2), x[0])
+    check(lambda x: F.local_response_norm(x, 3), x)
+
+
 def test_errors_match_pytorch():
     with pytest.raises(RuntimeError, match="normalized_shape"):
         A.native_layer_norm(torch.randn(2, 3).to("tpu"), [4], None, None, 1e-5)

@@ -45,8 +45,17 @@ static bool tpu_pool_ints(tpu_builder_t* b, const tpu_op_t* op, int i, int nsp, 
   return true;
 }
 
-/* Input shape checks shared by all pools: [C, *sp] or [N, C, *sp], float. */
-static bool tpu_pool_input(tpu_builder_t* b, const tpu_op_t* op, int self, tpu_pool_t* g) {
+/* Which integer inputs a pool takes besides floating point, as PyTorch's CPU
+ * kernels: the forward max pools every integer type, the forward average pools
+ * int64 (the window sum divided with truncation toward zero), the rest none. */
+typedef enum { TPU_POOL_FLOATS, TPU_POOL_INT64, TPU_POOL_INTS } tpu_pool_ints_t;
+
+static bool tpu_pool_int_ok(tpu_dtype_t t, tpu_pool_ints_t ints) {
+  return (ints == TPU_POOL_INTS && tpu_dtype_is_int(t)) || (ints == TPU_POOL_INT64 && t == TPU_I64);
+}
+
+/* Input shape checks shared by all pools: [C, *sp] or [N, C, *sp], and its dtype. */
+static bool tpu_pool_input(tpu_builder_t* b, const tpu_op_t* op, int self, tpu_pool_ints_t ints, tpu_pool_t* g) {
   g->name = tpu_op_name(op);
   g->nsp = tpu_pool_nsp(op);
   g->x = tpu_op_aval(op, self);
@@ -65,7 +74,7 @@ static bool tpu_pool_input(tpu_builder_t* b, const tpu_op_t* op, int self, tpu_p
       return false;
     }
   }
-  if (!tpu_dtype_is_float(g->x.dtype)) {
+  if (!tpu_dtype_is_float(g->x.dtype) && !tpu_pool_int_ok(g->x.dtype, ints)) {
     TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "\"%s\" not implemented for '%s'", g->name, tpu_dtype_name(g->x.dtype));
     return false;
   }
@@ -77,8 +86,8 @@ static bool tpu_pool_input(tpu_builder_t* b, const tpu_op_t* op, int self, tpu_p
 /* PyTorch's pooling_output_shape, with its checks. Args from `kernel`: kernel,
  * stride, padding, [dilation when dil >= 0], ceil_mode at `ceil_i`. */
 static bool tpu_pool_geom(tpu_builder_t* b, const tpu_op_t* op, int self, int kernel, int dil, int ceil_i,
-                          tpu_pool_t* g) {
-  if (!tpu_pool_input(b, op, self, g)) return false;
+                          tpu_pool_ints_t ints, tpu_pool_t* g) {
+  if (!tpu_pool_input(b, op, self, ints, g)) return false;
   int n = g->nsp;
   if (!tpu_pool_ints(b, op, kernel, n, NULL, 1, "kernel_size", g->name, g->k) ||
       !tpu_pool_ints(b, op, kernel + 1, n, g->k, 1, "stride", g->name, g->s) ||
@@ -212,8 +221,9 @@ static void tpu_pool_argmax(tpu_builder_t* b, tpu_op_t* op, int self, const tpu_
   tpu_val_t x = tpu_pool_planes(b, g, tpu_op_tensor(b, op, self), g->in);
   tpu_aval_t ia = tpu_aval_make(TPU_I64, 2, flat);
   tpu_val_t idx = tpu_pool_planes(b, g, tpu_b_iota(b, &ia, 1), g->in);
-  /* Padding never wins: -inf loses to every value, and on ties the largest index. */
-  tpu_val_t lowest = tpu_b_const(b, t, -INFINITY), past = tpu_b_const_i(b, TPU_I64, INT64_MAX);
+  /* Padding never wins: -inf (an integer type's minimum) loses to every value or
+   * ties it, and on ties the largest index loses. */
+  tpu_val_t lowest = tpu_b_const_extreme(b, t, true), past = tpu_b_const_i(b, TPU_I64, INT64_MAX);
   tpu_val_t ins[4] = {tpu_pool_pad(b, g, x, 1, lowest), tpu_pool_pad(b, g, idx, 1, past), lowest, past};
   tpu_pool_window(b, 2, ins, tpu_pool_argmax_region(b, t), 1, g, g->k, g->s, g->d, res);
 }
@@ -222,7 +232,7 @@ static void tpu_pool_argmax(tpu_builder_t* b, tpu_op_t* op, int self, const tpu_
 TPU_NN_LOWERING(max_pool_with_indices) {
   (void)max_outs;
   tpu_pool_t g;
-  if (!tpu_pool_geom(b, op, 0, 1, 4, 5, &g)) return NULL;
+  if (!tpu_pool_geom(b, op, 0, 1, 4, 5, TPU_POOL_INTS, &g)) return NULL;
   tpu_val_t res[2];
   tpu_pool_argmax(b, op, 0, &g, res);
   outs[0] = tpu_pool_unplane(b, &g, res[0], g.out);
@@ -286,7 +296,7 @@ TPU_NN_LOWERING(max_pool_with_indices_backward) {
 TPU_NN_LOWERING(max_pool_backward) {
   (void)max_outs;
   tpu_pool_t g;
-  if (!tpu_pool_geom(b, op, 1, 2, 5, 6, &g)) return NULL;
+  if (!tpu_pool_geom(b, op, 1, 2, 5, 6, TPU_POOL_FLOATS, &g)) return NULL;
   tpu_aval_t ga = tpu_op_aval(op, 0);
   int64_t want[TPU_MAX_RANK];
   int lead = g.x.rank - g.nsp;
@@ -354,15 +364,15 @@ static tpu_val_t tpu_pool_div_planes(tpu_builder_t* b, const tpu_pool_t* g, tpu_
 
 /* avg_pool's geometry for self at `self` (kernel_size, stride, padding, ceil_mode,
  * count_include_pad, divisor_override? follow it), with the divisor checked. */
-static bool tpu_avg_geom(tpu_builder_t* b, const tpu_op_t* op, int self, tpu_pool_t* g) {
-  return tpu_pool_geom(b, op, self, self + 1, -1, self + 4, g) && tpu_avg_check_divisor(b, op, self + 6);
+static bool tpu_avg_geom(tpu_builder_t* b, const tpu_op_t* op, int self, tpu_pool_ints_t ints, tpu_pool_t* g) {
+  return tpu_pool_geom(b, op, self, self + 1, -1, self + 4, ints, g) && tpu_avg_check_divisor(b, op, self + 6);
 }
 
 /* avg_pool{2,3}d(self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override?) */
 TPU_NN_LOWERING(avg_pool) {
   (void)max_outs;
   tpu_pool_t g;
-  if (!tpu_avg_geom(b, op, 0, &g)) return NULL;
+  if (!tpu_avg_geom(b, op, 0, TPU_POOL_INT64, &g)) return NULL;
   tpu_dtype_t ct = tpu_dtype_opmath(g.x.dtype);
   tpu_val_t x = tpu_pool_arg0_planes(b, op, &g, ct, g.in);
   tpu_val_t sum = tpu_pool_sum(b, &g, tpu_pool_pad(b, &g, x, 1, tpu_b_const(b, ct, 0)), 1, g.k, g.s);
@@ -376,7 +386,7 @@ TPU_NN_LOWERING(avg_pool) {
 TPU_NN_LOWERING(avg_pool_backward) {
   (void)max_outs;
   tpu_pool_t g;
-  if (!tpu_avg_geom(b, op, 1, &g)) return NULL;
+  if (!tpu_avg_geom(b, op, 1, TPU_POOL_FLOATS, &g)) return NULL;
   tpu_dtype_t ct = tpu_dtype_opmath(g.x.dtype);
   tpu_val_t go = tpu_pool_arg0_planes(b, op, &g, ct, g.out);
   go = tpu_pool_div_planes(b, &g, go, tpu_avg_divisor(b, op, &g, 6, 7, ct));
@@ -399,7 +409,7 @@ TPU_NN_LOWERING(avg_pool_backward) {
 
 /* Output sizes of an adaptive pool (arg `os`). */
 static bool tpu_adaptive_geom(tpu_builder_t* b, const tpu_op_t* op, int self, int os, tpu_pool_t* g) {
-  if (!tpu_pool_input(b, op, self, g)) return false;
+  if (!tpu_pool_input(b, op, self, TPU_POOL_FLOATS, g)) return false;
   int64_t v[TPU_MAX_RANK];
   int n = tpu_op_ints(op, os, v, TPU_MAX_RANK);
   if (n != g->nsp) {
@@ -499,7 +509,7 @@ TPU_NN_LOWERING(adaptive_avg_pool) {
 TPU_NN_LOWERING(adaptive_avg_pool_backward) {
   (void)max_outs;
   tpu_pool_t g;
-  if (!tpu_pool_input(b, op, 1, &g)) return NULL;
+  if (!tpu_pool_input(b, op, 1, TPU_POOL_FLOATS, &g)) return NULL;
   tpu_aval_t ga = tpu_op_aval(op, 0);
   if (ga.rank != g.x.rank) {
     TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "%s: grad_output and self must have the same rank", g.name);
