@@ -289,6 +289,12 @@ def test_complex_det_slogdet(dtype):
     check(lambda a: a == a[0], A)  # eq / ne on complex, as det's backward uses them
     check(lambda a: a != 0, A)
     _check_grad_like_cpu(lambda X, dev: torch.linalg.det(X).abs().sum(), A, 100)
+    # slogdet's backward multiplies by a complex Python scalar (a wrapped complex number)
+    def slogdet_loss(X, dev):
+        sign, logabsdet = torch.linalg.slogdet(X)
+        return (sign.real + sign.imag + logabsdet).sum()
+
+    _check_grad_like_cpu(slogdet_loss, A, 100)
 
 
 def test_complex_solve_backward():

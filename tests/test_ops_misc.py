@@ -246,6 +246,34 @@ def test_complex_errors():
             assert_raises_like(cpu.value, fn, x, y)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.complex64, torch.complex128, torch.int64])
+def test_complex_python_scalars(dtype):
+    """A Python complex number is a wrapped complex scalar, as on CPU: it promotes a real
+    tensor to complex64 (complex128 stays), and its imaginary part reaches the device."""
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(6, generator=g) * 4).to(dtype) if not dtype.is_complex else torch.randn(6, dtype=dtype, generator=g)
+    for fn in (lambda x: x * 1j, lambda x: x + (2 - 1j), lambda x: (1 + 1j) - x, lambda x: x / (1 + 2j),
+               lambda x: 0.5j * x, lambda x: x == (1 + 1j),
+               lambda x: x * torch.tensor(1 - 3j), lambda x: torch.where(x.real > 0, x, 1j)):
+        check(fn, x)
+    if dtype.is_complex:  # a complex alpha needs complex inputs (CPU refuses it otherwise)
+        check(lambda x: torch.add(x, x, alpha=2j), x)
+    check(lambda x: x.clone().to(torch.complex64).fill_(3 - 1j), x)
+    check(lambda x: x.new_full((2, 3), 4 - 3j, dtype=torch.complex64), x)
+    check(lambda x: x.to(torch.complex64).masked_fill(x.real > 0, 2j), x)
+
+
+def test_complex_python_scalar_into_a_real_tensor_is_refused():
+    """CPU refuses an imaginary part where a real value is written; silently dropping it
+    would be a wrong answer."""
+    for fn in (lambda x: x.fill_(1j), lambda x: torch.nn.functional.threshold(x, 0.5, 1j)):
+        with pytest.raises(RuntimeError, match="cannot be converted to type"):
+            fn(torch.zeros(3))
+        with pytest.raises(RuntimeError, match="cannot be converted to type"):
+            fn(torch.zeros(3, device="tpu"))
+    check(lambda x: x.fill_(2 + 0j), torch.zeros(3))  # no imaginary part: fine, as on CPU
+
+
 # ------------------------------------------------------------- async asserts
 
 def test_assert_async_raises_at_the_next_sync():

@@ -370,13 +370,7 @@ static void tpu_fmt_float_bits(char* buf, size_t cap, tpu_dtype_t dtype, double 
 tpu_val_t tpu_b_const(tpu_builder_t* b, tpu_dtype_t dtype, double value) {
   if (!tpu_b_ok(b)) return TPU_NOVAL;
   if (!tpu_dtype_is_float(dtype)) {
-    if (tpu_dtype_is_complex(dtype)) {
-      tpu_val_t re = tpu_b_const(b, dtype == TPU_C64 ? TPU_F32 : TPU_F64, value);
-      tpu_val_t im = tpu_b_const(b, dtype == TPU_C64 ? TPU_F32 : TPU_F64, 0.0);
-      tpu_val_t ins[2] = {re, im};
-      tpu_aval_t a = tpu_aval_make(dtype, 0, NULL);
-      return tpu_b_op1(b, "stablehlo.complex", 2, ins, NULL, &a);
-    }
+    if (tpu_dtype_is_complex(dtype)) return tpu_b_const_complex(b, dtype, value, 0.0);
     if (dtype == TPU_BOOL) return tpu_b_const_i(b, dtype, value != 0.0);
     if (isnan(value)) return tpu_b_const_i(b, dtype, 0);
     if (dtype == TPU_U64 && value >= 0x1p63 && value < 0x1p64) /* beyond int64: through uint64 */
@@ -391,6 +385,14 @@ tpu_val_t tpu_b_const(tpu_builder_t* b, tpu_dtype_t dtype, double value) {
   tpu_aval_t a = tpu_aval_make(ct, 0, NULL);
   tpu_val_t c = tpu_b_op1(b, "stablehlo.constant", 0, NULL, attrs, &a);
   return tpu_b_convert(b, c, dtype);
+}
+
+tpu_val_t tpu_b_const_complex(tpu_builder_t* b, tpu_dtype_t dtype, double re, double im) {
+  if (!tpu_dtype_is_complex(dtype)) return tpu_b_const(b, dtype, re);
+  tpu_dtype_t part = dtype == TPU_C64 ? TPU_F32 : TPU_F64;
+  tpu_val_t ins[2] = {tpu_b_const(b, part, re), tpu_b_const(b, part, im)};
+  tpu_aval_t a = tpu_aval_make(dtype, 0, NULL);
+  return tpu_b_op1(b, "stablehlo.complex", 2, ins, NULL, &a);
 }
 
 tpu_val_t tpu_b_const_i(tpu_builder_t* b, tpu_dtype_t dtype, int64_t value) {

@@ -153,6 +153,7 @@ static tpu_exec_op_t* tpu_exec_op_new(const char* name, const char* overload, co
   op->scalar_vals = x->vals + 2 * nv;
   x->list_error.arg = -1;
   x->list_error.runtime_arg = -1;
+  x->list_error.complex_arg = -1;
   op->list_error = &x->list_error;
   return x;
 }
@@ -168,6 +169,11 @@ static tpu_status_t* tpu_exec_call(tpu_lower_fn_t fn, tpu_builder_t* b, tpu_exec
     tpu_status_free(st);
     return TPU_STATUS(TPU_INVALID_ARGUMENT, "%s: argument %d is a list of %d values, more than the %d this op takes",
                       x->op.name, x->list_error.arg, x->list_error.len, x->list_error.cap);
+  }
+  tpu_status_t* real_read = tpu_op_complex_read_status(&x->list_error, x->op.name);
+  if (real_read) {
+    tpu_status_free(st);
+    return real_read;
   }
   if (!st && !tpu_b_ok(b)) st = tpu_b_take_error(b);
   if (!st && (nouts < 0 || nouts > max_outs))
@@ -235,14 +241,20 @@ static tpu_status_t* tpu_exec_lower(const char* name, const char* overload, tpu_
 
 /* ----------------------------------------------------------- execution */
 
-static tpu_status_t* tpu_scalar_bytes(const tpu_scalar_t* sc, tpu_dtype_t dtype, uint8_t out[8]) {
-  memset(out, 0, 8);
+static tpu_status_t* tpu_scalar_bytes(const tpu_scalar_t* sc, tpu_dtype_t dtype, uint8_t out[16]) {
+  memset(out, 0, 16);
+  /* As c10's checked conversion: an imaginary part does not fit a real type. */
+  if (sc->imag != 0.0 && !tpu_dtype_is_complex(dtype))
+    return TPU_STATUS(TPU_INVALID_ARGUMENT, "value cannot be converted to type %s without overflow",
+                      tpu_dtype_name(dtype));
   bool is_f = tpu_dtype_is_float(sc->dtype) || tpu_dtype_is_complex(sc->dtype);
   double f = tpu_scalar_to_double(sc);
   int64_t i = is_f ? (int64_t)sc->f : sc->i;
   switch (dtype) {
     case TPU_F32: { float v = (float)f; memcpy(out, &v, 4); return NULL; }
     case TPU_F64: memcpy(out, &f, 8); return NULL;
+    case TPU_C64: { float v[2] = {(float)f, (float)sc->imag}; memcpy(out, v, 8); return NULL; }
+    case TPU_C128: { double v[2] = {f, sc->imag}; memcpy(out, v, 16); return NULL; }
     case TPU_I64: memcpy(out, &i, 8); return NULL;
     case TPU_BOOL: out[0] = is_f ? (f != 0.0) : (i != 0); return NULL;
     default: return TPU_STATUS(TPU_INTERNAL, "scalar operand of dtype %s", tpu_dtype_name(dtype));
@@ -275,7 +287,7 @@ static tpu_status_t* tpu_exec_params(const tpu_compiled_t* c, int device, const 
         break;
       }
       case TPU_PARAM_SCALAR: {
-        uint8_t bytes[8];
+        uint8_t bytes[16];
         TPU_RETURN_IF_ERROR(tpu_scalar_bytes(&args[src->arg].u.scalar, src->dtype, bytes));
         TPU_RETURN_IF_ERROR(tpu_scalar_buffer(device, src->dtype, bytes, &bufs[p]));
         break;

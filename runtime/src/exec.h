@@ -58,7 +58,14 @@ typedef struct tpu_op_list_error {
   /* The first runtime-valued argument (a symbolic size inside a program) a
    * lowering read as a static value (tpu_op_int/float/bool); -1: none. */
   int runtime_arg;
+  /* The first complex scalar with an imaginary part a lowering read as a real
+   * number (tpu_op_int/float); -1: none. */
+  int complex_arg;
 } tpu_op_list_error_t;
+
+/* UNIMPLEMENTED when a lowering of `name` read a complex scalar as a real
+ * number (e->complex_arg), else NULL. */
+tpu_status_t* tpu_op_complex_read_status(const tpu_op_list_error_t* e, const char* name);
 
 struct tpu_op {
   const char* name;

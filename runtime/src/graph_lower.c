@@ -31,6 +31,7 @@ static tpu_val_t tpu_graph_input(tpu_builder_t* b, tpu_op_t* op, int i) {
   /* Numbers are carried like eager scalars (f32 / i64 / bool); a float64 cpu tensor keeps f64. */
   tpu_dtype_t as = sc->dtype;
   if (tpu_dtype_is_float(as) && !(as == TPU_F64 && !sc->wrapped)) as = TPU_F32;
+  else if (tpu_dtype_is_complex(as) && !(as == TPU_C128 && !sc->wrapped)) as = TPU_C64;
   else if (tpu_dtype_is_int(as)) as = TPU_I64;
   return tpu_op_scalar(b, op, i, as);
 }

@@ -78,6 +78,7 @@ void tpu_key_args(tpu_key_t* k, const char* name, const char* overload, unsigned
         tpu_key_put(k, v, sizeof(v));
         if (flags & TPU_LOWER_STATIC_SCALARS) {
           tpu_key_put(k, &a->u.scalar.f, sizeof(double));
+          tpu_key_put(k, &a->u.scalar.imag, sizeof(double));
           tpu_key_i64(k, a->u.scalar.i);
         }
         break;

@@ -70,13 +70,29 @@ tpu_val_t tpu_op_index(tpu_builder_t* b, tpu_op_t* op, int i) {
   return tpu_b_const_i(b, TPU_I64, tpu_op_int(op, i, 0));
 }
 
+/* A host-side read of a complex scalar sees its real part only: recorded, so
+ * the op fails instead of dropping the imaginary part. */
+static void tpu_op_note_real_read(const tpu_op_t* op, int i, const tpu_arg_t* a) {
+  if (a->kind != TPU_ARG_SCALAR || a->u.scalar.imag == 0.0 || !op->list_error) return;
+  if (op->list_error->complex_arg < 0) op->list_error->complex_arg = i;
+}
+
+tpu_status_t* tpu_op_complex_read_status(const tpu_op_list_error_t* e, const char* name) {
+  if (e->complex_arg < 0) return NULL;
+  return TPU_STATUS(TPU_UNIMPLEMENTED, "aten::%s: argument %d is a complex number with an imaginary part, which "
+                    "this op takes as a real number on tpu", name, e->complex_arg);
+}
+
 int64_t tpu_op_int(const tpu_op_t* op, int i, int64_t dflt) {
   const tpu_arg_t* a = tpu_op_arg(op, i);
   if (!a || tpu_op_static_read(op, i)) return dflt;
+  tpu_op_note_real_read(op, i, a);
   switch (a->kind) {
     case TPU_ARG_INT: return a->u.i;
     case TPU_ARG_BOOL: return a->u.b;
-    case TPU_ARG_SCALAR: return tpu_dtype_is_float(a->u.scalar.dtype) ? (int64_t)a->u.scalar.f : a->u.scalar.i;
+    case TPU_ARG_SCALAR:
+      return tpu_dtype_is_float(a->u.scalar.dtype) || tpu_dtype_is_complex(a->u.scalar.dtype) ? (int64_t)a->u.scalar.f
+                                                                                              : a->u.scalar.i;
     case TPU_ARG_INT_LIST: return a->u.list.n == 1 ? a->u.list.ints[0] : dflt;
     default: return dflt;
   }
@@ -90,6 +106,7 @@ double tpu_scalar_to_double(const tpu_scalar_t* sc) {
 double tpu_op_float(const tpu_op_t* op, int i, double dflt) {
   const tpu_arg_t* a = tpu_op_arg(op, i);
   if (!a || tpu_op_static_read(op, i)) return dflt;
+  tpu_op_note_real_read(op, i, a);
   switch (a->kind) {
     case TPU_ARG_FLOAT: return a->u.f;
     case TPU_ARG_INT: return (double)a->u.i;
@@ -227,7 +244,7 @@ tpu_val_t tpu_op_list_tensor(tpu_builder_t* b, tpu_op_t* op, int i, int j) {
 static tpu_dtype_t tpu_scalar_carrier(tpu_dtype_t as) {
   if (as == TPU_F64 || as == TPU_BOOL) return as;
   if (tpu_dtype_is_float(as)) return TPU_F32;
-  if (tpu_dtype_is_complex(as)) return TPU_F32;
+  if (tpu_dtype_is_complex(as)) return as;
   return TPU_I64;
 }
 
@@ -237,7 +254,12 @@ static tpu_val_t tpu_op_program_scalar(tpu_builder_t* b, const tpu_op_t* op, int
   if (op->arg_vals && op->arg_vals[i] != TPU_NOVAL) return tpu_b_convert(b, op->arg_vals[i], as);
   const tpu_scalar_t* sc = &op->args[i].u.scalar;
   bool is_f = tpu_dtype_is_float(sc->dtype) || tpu_dtype_is_complex(sc->dtype);
-  if (is_f || tpu_dtype_is_float(as) || tpu_dtype_is_complex(as)) return tpu_b_const(b, as, tpu_scalar_to_double(sc));
+  if (tpu_dtype_is_complex(as)) return tpu_b_const_complex(b, as, tpu_scalar_to_double(sc), sc->imag);
+  if (sc->imag != 0.0) {
+    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "value cannot be converted to type %s without overflow", tpu_dtype_name(as));
+    return TPU_NOVAL;
+  }
+  if (is_f || tpu_dtype_is_float(as)) return tpu_b_const(b, as, tpu_scalar_to_double(sc));
   return tpu_b_const_i(b, as, sc->i);
 }
 

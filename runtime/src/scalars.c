@@ -10,7 +10,7 @@
 typedef struct tpu_scalar_slot {
   int device;
   tpu_dtype_t dtype;
-  uint8_t bytes[8];
+  uint8_t bytes[16]; /* a complex128 is the widest */
   tpu_buffer_t* buffer;
 } tpu_scalar_slot_t;
 
@@ -19,18 +19,18 @@ static tpu_scalar_slot_t tpu_scalar_slots[TPU_SCALAR_SLOTS];
 
 static size_t tpu_scalar_slot_index(int device, tpu_dtype_t dtype, const uint8_t* bytes) {
   uint64_t h = 1469598103934665603ULL ^ (uint64_t)(device * 31 + (int)dtype);
-  for (int i = 0; i < 8; ++i) h = (h ^ bytes[i]) * 1099511628211ULL;
+  for (int i = 0; i < 16; ++i) h = (h ^ bytes[i]) * 1099511628211ULL;
   return (size_t)(h % TPU_SCALAR_SLOTS);
 }
 
 tpu_status_t* tpu_scalar_buffer(int device, tpu_dtype_t dtype, const void* value, tpu_buffer_t** out_buffer) {
   *out_buffer = NULL;
-  uint8_t bytes[8] = {0};
+  uint8_t bytes[16] = {0};
   memcpy(bytes, value, tpu_dtype_size(dtype));
   size_t idx = tpu_scalar_slot_index(device, dtype, bytes);
   pthread_mutex_lock(&tpu_scalar_mu);
   tpu_scalar_slot_t* slot = &tpu_scalar_slots[idx];
-  if (slot->buffer && slot->device == device && slot->dtype == dtype && memcmp(slot->bytes, bytes, 8) == 0) {
+  if (slot->buffer && slot->device == device && slot->dtype == dtype && memcmp(slot->bytes, bytes, 16) == 0) {
     *out_buffer = tpu_buffer_retain(slot->buffer);
     pthread_mutex_unlock(&tpu_scalar_mu);
     return NULL;
@@ -44,7 +44,7 @@ tpu_status_t* tpu_scalar_buffer(int device, tpu_dtype_t dtype, const void* value
   tpu_buffer_t* old = slot->buffer;
   slot->device = device;
   slot->dtype = dtype;
-  memcpy(slot->bytes, bytes, 8);
+  memcpy(slot->bytes, bytes, 16);
   slot->buffer = tpu_buffer_retain(buf);
   pthread_mutex_unlock(&tpu_scalar_mu);
   tpu_buffer_release(old);

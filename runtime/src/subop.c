@@ -121,6 +121,7 @@ static tpu_status_t* tpu_node_ctx_init(tpu_builder_t* b, tpu_node_ctx_t* c, tpu_
   op->arg_vals = c->vals + 2 * ns + (size_t)na * TPU_DTYPE_COUNT;
   c->list_error.arg = -1;
   c->list_error.runtime_arg = -1;
+  c->list_error.complex_arg = -1;
   op->list_error = &c->list_error;
   tpu_node_args(b, c, n, vals);
   return NULL;
@@ -146,6 +147,8 @@ tpu_status_t* tpu_op_lower_values(tpu_builder_t* b, tpu_op_t* parent, tpu_lower_
     st = TPU_STATUS(TPU_UNIMPLEMENTED, "argument %d is a runtime value; aten::%s needs it static here",
                     c.list_error.runtime_arg, name);
   }
+  tpu_status_t* real_read = st ? NULL : tpu_op_complex_read_status(&c.list_error, name);
+  if (real_read) st = real_read;
   if (!st && !tpu_b_ok(b)) st = tpu_b_take_error(b);
   if (!st && (nouts < 0 || nouts > max_outs)) st = TPU_STATUS(TPU_INTERNAL, "%s: lowering returned %d results", name, nouts);
   if (!st) *out_nouts = nouts;

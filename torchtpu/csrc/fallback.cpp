@@ -271,7 +271,7 @@ ArgList marshal_args(const Call& c, int device, ArgStore& store, int* list_elems
         }
       } else if (ten.defined()) {
         arg.kind = TPU_ARG_SCALAR;  // 0-dim cpu tensor (checked by op_device)
-        arg.u.scalar = scalar_from_cpu_tensor(ten, c.full);
+        arg.u.scalar = scalar_from_cpu_tensor(ten);
       }
       args.push_back(arg);
     } else {

@@ -36,18 +36,21 @@ tpu_scalar_t scalar_from(const c10::Scalar& s, const std::string& full) {
     v.dtype = TPU_F64;
     v.f = s.toDouble();
   } else {
-    TORCH_CHECK(false, "tpu: ", full, ": complex scalars are not supported");
+    TORCH_CHECK(s.isComplex(), "tpu: ", full, ": unsupported scalar type ", s.type());
+    const c10::complex<double> z = s.toComplexDouble();
+    v.dtype = TPU_C128;
+    v.f = z.real();
+    v.imag = z.imag();
   }
   return v;
 }
 
 // A 0-dim cpu tensor passed where a tpu tensor is expected: a runtime scalar operand.
-tpu_scalar_t scalar_from_cpu_tensor(const at::Tensor& t, const std::string& full) {
+tpu_scalar_t scalar_from_cpu_tensor(const at::Tensor& t) {
   tpu_scalar_t v;
   std::memset(&v, 0, sizeof(v));
   v.dtype = tpu_dtype_of(t.scalar_type());
   v.wrapped = t.unsafeGetTensorImpl()->is_wrapped_number();
-  TORCH_CHECK(!t.is_complex(), "tpu: ", full, ": complex scalars are not supported");
   // Read in place: item() is a dispatched op, and a Python number reaches here
   // as a wrapped cpu tensor on every `x + 0.5`.
   switch (t.scalar_type()) {
@@ -56,6 +59,14 @@ tpu_scalar_t scalar_from_cpu_tensor(const at::Tensor& t, const std::string& full
     case c10::ScalarType::Bool: v.i = *t.const_data_ptr<bool>() ? 1 : 0; break;
     // A Python int past INT64_MAX arrives as a wrapped uint64: its bit pattern.
     case c10::ScalarType::UInt64: v.i = static_cast<int64_t>(*t.const_data_ptr<uint64_t>()); break;
+    case c10::ScalarType::ComplexDouble:
+    case c10::ScalarType::ComplexFloat:
+    case c10::ScalarType::ComplexHalf: {
+      const c10::complex<double> z = t.item<c10::complex<double>>();
+      v.f = z.real();
+      v.imag = z.imag();
+      break;
+    }
     default:
       if (t.is_floating_point()) {
         v.f = t.item<double>();
@@ -79,7 +90,7 @@ bool tensor_operand(const at::Tensor& t, int* device, const std::string& full, t
   if (!t.device().is_cpu() || t.dim() != 0) return false;
   std::memset(out, 0, sizeof(*out));
   out->kind = TPU_ARG_SCALAR;
-  out->u.scalar = scalar_from_cpu_tensor(t, full);
+  out->u.scalar = scalar_from_cpu_tensor(t);
   return true;
 }
 

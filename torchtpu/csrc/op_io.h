@@ -37,7 +37,7 @@ bool is_tensor_list_type(const c10::TypePtr& t);
 bool is_write(const c10::Argument& a);
 tpu_scalar_t scalar_from(const c10::Scalar& s, const std::string& full);
 // A 0-dim cpu tensor passed where a tpu tensor is expected: a runtime scalar operand.
-tpu_scalar_t scalar_from_cpu_tensor(const at::Tensor& t, const std::string& full);
+tpu_scalar_t scalar_from_cpu_tensor(const at::Tensor& t);
 // A tensor argument as a runtime operand: a tpu tensor on *device (the first
 // one sets it; -1: none yet) or a 0-dim cpu tensor as a scalar. False, leaving
 // *out unset, for anything else (another tpu, a cpu tensor with dimensions):

@@ -68,6 +68,8 @@ int tpu_b_rank(const tpu_builder_t* b, tpu_val_t v);
 /* ---- constants ---- */
 tpu_val_t tpu_b_const(tpu_builder_t* b, tpu_dtype_t dtype, double value);     /* 0-d */
 tpu_val_t tpu_b_const_i(tpu_builder_t* b, tpu_dtype_t dtype, int64_t value);  /* 0-d */
+/* 0-d complex (TPU_C64/TPU_C128) re + im*i. */
+tpu_val_t tpu_b_const_complex(tpu_builder_t* b, tpu_dtype_t dtype, double re, double im);
 /* 0-d: dtype's lowest (or highest) value, -inf/+inf for floats: the identity of max (min). */
 tpu_val_t tpu_b_const_extreme(tpu_builder_t* b, tpu_dtype_t dtype, bool lowest);
 /* A 0-d constant broadcast to `aval`. */

@@ -93,6 +93,7 @@ typedef struct tpu_scalar {
   bool wrapped;      /* a Python number (PyTorch's wrapped number) */
   double f;          /* value when float/complex real part */
   int64_t i;         /* value when integral or bool */
+  double imag;       /* imaginary part when complex (TPU_C64/TPU_C128), else 0 */
 } tpu_scalar_t;
 
 typedef struct tpu_arg {
