@@ -388,7 +388,10 @@ tpu_val_t tpu_b_const(tpu_builder_t* b, tpu_dtype_t dtype, double value) {
 }
 
 tpu_val_t tpu_b_const_complex(tpu_builder_t* b, tpu_dtype_t dtype, double re, double im) {
-  if (!tpu_dtype_is_complex(dtype)) return tpu_b_const(b, dtype, re);
+  if (!tpu_dtype_is_complex(dtype)) {
+    TPU_B_FAIL(b, TPU_INTERNAL, "complex constant of dtype %s", tpu_dtype_name(dtype));
+    return TPU_NOVAL;
+  }
   tpu_dtype_t part = dtype == TPU_C64 ? TPU_F32 : TPU_F64;
   tpu_val_t ins[2] = {tpu_b_const(b, part, re), tpu_b_const(b, part, im)};
   tpu_aval_t a = tpu_aval_make(dtype, 0, NULL);

@@ -243,10 +243,8 @@ static tpu_status_t* tpu_exec_lower(const char* name, const char* overload, tpu_
 
 static tpu_status_t* tpu_scalar_bytes(const tpu_scalar_t* sc, tpu_dtype_t dtype, uint8_t out[16]) {
   memset(out, 0, 16);
-  /* As c10's checked conversion: an imaginary part does not fit a real type. */
-  if (sc->imag != 0.0 && !tpu_dtype_is_complex(dtype))
-    return TPU_STATUS(TPU_INVALID_ARGUMENT, "value cannot be converted to type %s without overflow",
-                      tpu_dtype_name(dtype));
+  /* Checked per run: the value is not in the cache key. */
+  TPU_RETURN_IF_ERROR(tpu_scalar_real_status(sc, dtype));
   bool is_f = tpu_dtype_is_float(sc->dtype) || tpu_dtype_is_complex(sc->dtype);
   double f = tpu_scalar_to_double(sc);
   int64_t i = is_f ? (int64_t)sc->f : sc->i;

@@ -63,6 +63,9 @@ typedef struct tpu_op_list_error {
   int complex_arg;
 } tpu_op_list_error_t;
 
+/* INVALID_ARGUMENT, as c10's checked conversion, when `sc` has an imaginary
+ * part and `as` is not complex; else NULL. */
+tpu_status_t* tpu_scalar_real_status(const tpu_scalar_t* sc, tpu_dtype_t as);
 /* UNIMPLEMENTED when a lowering of `name` read a complex scalar as a real
  * number (e->complex_arg), else NULL. */
 tpu_status_t* tpu_op_complex_read_status(const tpu_op_list_error_t* e, const char* name);

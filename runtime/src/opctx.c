@@ -77,6 +77,11 @@ static void tpu_op_note_real_read(const tpu_op_t* op, int i, const tpu_arg_t* a)
   if (op->list_error->complex_arg < 0) op->list_error->complex_arg = i;
 }
 
+tpu_status_t* tpu_scalar_real_status(const tpu_scalar_t* sc, tpu_dtype_t as) {
+  if (sc->imag == 0.0 || tpu_dtype_is_complex(as)) return NULL;
+  return TPU_STATUS(TPU_INVALID_ARGUMENT, "value cannot be converted to type %s without overflow", tpu_dtype_name(as));
+}
+
 tpu_status_t* tpu_op_complex_read_status(const tpu_op_list_error_t* e, const char* name) {
   if (e->complex_arg < 0) return NULL;
   return TPU_STATUS(TPU_UNIMPLEMENTED, "aten::%s: argument %d is a complex number with an imaginary part, which "
@@ -255,8 +260,9 @@ static tpu_val_t tpu_op_program_scalar(tpu_builder_t* b, const tpu_op_t* op, int
   const tpu_scalar_t* sc = &op->args[i].u.scalar;
   bool is_f = tpu_dtype_is_float(sc->dtype) || tpu_dtype_is_complex(sc->dtype);
   if (tpu_dtype_is_complex(as)) return tpu_b_const_complex(b, as, tpu_scalar_to_double(sc), sc->imag);
-  if (sc->imag != 0.0) {
-    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "value cannot be converted to type %s without overflow", tpu_dtype_name(as));
+  tpu_status_t* not_real = tpu_scalar_real_status(sc, as);
+  if (not_real) {
+    tpu_b_fail(b, not_real);
     return TPU_NOVAL;
   }
   if (is_f || tpu_dtype_is_float(as)) return tpu_b_const(b, as, tpu_scalar_to_double(sc));

@@ -129,19 +129,22 @@ void tpu_runtime_track_inflight(tpu_buffer_t* buf, int ninputs, tpu_buffer_t* co
   tpu_buffer_t* replaced = NULL;
   pthread_mutex_lock(&g_mu);
   ++g_seq;
-  if (covers_newest_locked(device, stream, ninputs, inputs)) {
+  const bool extend = covers_newest_locked(device, stream, ninputs, inputs);
+  if (!extend) retire_locked();
+  /* Room for one more execution (g_len <= g_covered, so the ring has a free
+   * slot after this; an extended entry covers < TPU_INFLIGHT_CHAIN, so with
+   * g_covered at the cap it is not the oldest). */
+  if (g_covered >= TPU_INFLIGHT_CAP) oldest = pop_oldest_locked();
+  if (extend) {
     inflight_t* newest = ring_at(g_len - 1);
     replaced = newest->buf;
     newest->buf = tpu_buffer_retain(buf);
     newest->covers++;
   } else {
-    retire_locked();
-    if (g_len == TPU_INFLIGHT_CAP) oldest = pop_oldest_locked();
     *ring_at(g_len) = (inflight_t){tpu_buffer_retain(buf), device, stream, g_seq, 1};
     g_len++;
   }
   g_covered++;
-  if (!oldest && g_covered > TPU_INFLIGHT_CAP) oldest = pop_oldest_locked();
   pthread_mutex_unlock(&g_mu);
   tpu_buffer_release(replaced);
   if (oldest) {

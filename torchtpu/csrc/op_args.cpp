@@ -59,16 +59,24 @@ tpu_scalar_t scalar_from_cpu_tensor(const at::Tensor& t) {
     case c10::ScalarType::Bool: v.i = *t.const_data_ptr<bool>() ? 1 : 0; break;
     // A Python int past INT64_MAX arrives as a wrapped uint64: its bit pattern.
     case c10::ScalarType::UInt64: v.i = static_cast<int64_t>(*t.const_data_ptr<uint64_t>()); break;
-    case c10::ScalarType::ComplexDouble:
-    case c10::ScalarType::ComplexFloat:
-    case c10::ScalarType::ComplexHalf: {
-      const c10::complex<double> z = t.item<c10::complex<double>>();
+    case c10::ScalarType::ComplexDouble: {
+      const c10::complex<double> z = *t.const_data_ptr<c10::complex<double>>();
+      v.f = z.real();
+      v.imag = z.imag();
+      break;
+    }
+    case c10::ScalarType::ComplexFloat: {
+      const c10::complex<float> z = *t.const_data_ptr<c10::complex<float>>();
       v.f = z.real();
       v.imag = z.imag();
       break;
     }
     default:
-      if (t.is_floating_point()) {
+      if (t.is_complex()) {  // ComplexHalf
+        const c10::complex<double> z = t.item<c10::complex<double>>();
+        v.f = z.real();
+        v.imag = z.imag();
+      } else if (t.is_floating_point()) {
         v.f = t.item<double>();
       } else {
         v.i = t.item<int64_t>();
