@@ -43,6 +43,10 @@ tpu_val_t tpu_op_index(tpu_builder_t* b, tpu_op_t* op, int i);
 /* Static values with defaults for absent (NONE / missing) arguments. */
 int64_t tpu_op_int(const tpu_op_t* op, int i, int64_t dflt);
 double tpu_op_float(const tpu_op_t* op, int i, double dflt);
+/* A complex static value: real and imaginary parts (0 for a real value). A
+ * lowering that handles complex numbers reads them here; tpu_op_float on a
+ * value with an imaginary part fails the op instead. */
+void tpu_op_complex(const tpu_op_t* op, int i, double dflt, double* out_re, double* out_im);
 bool tpu_op_bool(const tpu_op_t* op, int i, bool dflt);
 tpu_dtype_t tpu_op_dtype(const tpu_op_t* op, int i, tpu_dtype_t dflt);
 /* INT_LIST values (also accepts a single INT as a list of one). Returns the

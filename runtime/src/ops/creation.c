@@ -70,6 +70,10 @@ static bool tpu_range_dtype_ok(tpu_builder_t* b, const char* what, tpu_dtype_t o
   }
   return true;
 }
+/* linspace and logspace also take complex results. */
+static bool tpu_space_dtype_ok(tpu_builder_t* b, const char* what, tpu_dtype_t out) {
+  return tpu_dtype_is_complex(out) || tpu_range_dtype_ok(b, what, out);
+}
 
 /* start/end/step of arange and range, as doubles and truncated to integers the
  * way Scalar::to<int64_t>() does. arange.out(end) has start 0 and step 1. */
@@ -180,15 +184,8 @@ static tpu_status_t* tpu_lower_range(tpu_builder_t* b, tpu_op_t* op, int max_out
 }
 
 /* PyTorch's symmetric linspace: start + step*i for the first half and
- * end - step*(steps-1-i) for the second, so both ends are exact. Integer results
- * truncate start/end first and step in double. */
-static tpu_val_t tpu_linspace_values(tpu_builder_t* b, const tpu_op_t* op, int64_t steps, tpu_dtype_t out,
-                                     tpu_dtype_t acc) {
-  double start = tpu_op_float(op, 0, 0), end = tpu_op_float(op, 1, 0);
-  if (tpu_dtype_is_int(out)) {
-    start = (double)tpu_op_int(op, 0, 0);
-    end = (double)tpu_op_int(op, 1, 0);
-  }
+ * end - step*(steps-1-i) for the second, so both ends are exact. */
+static tpu_val_t tpu_linspace_part(tpu_builder_t* b, double start, double end, int64_t steps, tpu_dtype_t acc) {
   tpu_aval_t a = tpu_aval_make(acc, 1, &steps);
   if (steps == 1) return tpu_b_full(b, &a, start);
   double step = (end - start) / (double)(steps - 1);
@@ -199,6 +196,20 @@ static tpu_val_t tpu_linspace_values(tpu_builder_t* b, const tpu_op_t* op, int64
   tpu_val_t hi = tpu_b_binary(b, "stablehlo.subtract", tpu_b_full(b, &a, end), tpu_b_binary(b, "stablehlo.multiply", sv, rev));
   tpu_val_t first = tpu_b_compare(b, "LT", i, tpu_b_full(b, &a, (double)(steps / 2)));
   return tpu_b_select(b, first, lo, hi);
+}
+
+/* Integer results truncate start/end first and step in double. A complex
+ * linspace is one per part: ATen's complex step divides both parts by steps - 1. */
+static tpu_val_t tpu_linspace_values(tpu_builder_t* b, const tpu_op_t* op, int64_t steps, tpu_dtype_t out,
+                                     tpu_dtype_t acc) {
+  if (tpu_dtype_is_int(out))
+    return tpu_linspace_part(b, (double)tpu_op_int(op, 0, 0), (double)tpu_op_int(op, 1, 0), steps, acc);
+  if (!tpu_dtype_is_complex(out)) return tpu_linspace_part(b, tpu_op_float(op, 0, 0), tpu_op_float(op, 1, 0), steps, acc);
+  double s[2], e[2];
+  tpu_op_complex(op, 0, 0, &s[0], &s[1]);
+  tpu_op_complex(op, 1, 0, &e[0], &e[1]);
+  tpu_dtype_t part = out == TPU_C128 ? TPU_F64 : TPU_F32;
+  return tpu_ops_complex(b, tpu_linspace_part(b, s[0], e[0], steps, part), tpu_linspace_part(b, s[1], e[1], steps, part));
 }
 
 static bool tpu_linspace_steps(tpu_builder_t* b, const tpu_op_t* op, int64_t* steps) {
@@ -216,7 +227,7 @@ static tpu_status_t* tpu_lower_linspace(tpu_builder_t* b, tpu_op_t* op, int max_
   (void)max_outs;
   tpu_dtype_t out = tpu_creation_out_dtype(op, 3, TPU_F32);
   int64_t steps;
-  if (!tpu_range_dtype_ok(b, "linspace", out) || !tpu_linspace_steps(b, op, &steps)) return NULL;
+  if (!tpu_space_dtype_ok(b, "linspace", out) || !tpu_linspace_steps(b, op, &steps)) return NULL;
   tpu_dtype_t acc = tpu_dtype_is_int(out) ? TPU_F64 : tpu_range_acc(out);
   return tpu_ops_result1(tpu_b_convert(b, tpu_linspace_values(b, op, steps, out, acc), out), outs, nouts);
 }
@@ -227,7 +238,7 @@ static tpu_status_t* tpu_lower_logspace(tpu_builder_t* b, tpu_op_t* op, int max_
   (void)max_outs;
   tpu_dtype_t out = tpu_creation_out_dtype(op, 4, TPU_F32);
   int64_t steps;
-  if (!tpu_range_dtype_ok(b, "logspace", out) || !tpu_linspace_steps(b, op, &steps)) return NULL;
+  if (!tpu_space_dtype_ok(b, "logspace", out) || !tpu_linspace_steps(b, op, &steps)) return NULL;
   tpu_dtype_t acc = tpu_dtype_is_int(out) ? TPU_F64 : tpu_range_acc(out);
   tpu_val_t e = tpu_linspace_values(b, op, steps, out, acc);
   tpu_val_t base = tpu_b_full(b, tpu_b_aval(b, e), tpu_op_float(op, 3, 10.0));

@@ -47,7 +47,7 @@ static tpu_val_t mc_sum_all(tpu_builder_t* b, tpu_val_t x) {
 static tpu_status_t* tpu_lower_trace(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
   (void)max_outs;
   tpu_aval_t in = tpu_op_aval(op, 0);
-  if (in.dtype == TPU_BOOL || tpu_dtype_is_complex(in.dtype)) {
+  if (in.dtype == TPU_BOOL) {
     TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "\"trace\" not implemented for '%s'", tpu_dtype_scalar_type_name(in.dtype));
     return NULL;
   }
@@ -55,7 +55,7 @@ static tpu_status_t* tpu_lower_trace(tpu_builder_t* b, tpu_op_t* op, int max_out
     TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "trace: expected a matrix, but got tensor with dim %d", in.rank);
     return NULL;
   }
-  tpu_dtype_t out = tpu_dtype_is_float(in.dtype) ? in.dtype : TPU_I64;
+  tpu_dtype_t out = tpu_dtype_is_float(in.dtype) || tpu_dtype_is_complex(in.dtype) ? in.dtype : TPU_I64;
   tpu_val_t x = tpu_b_convert(b, tpu_op_tensor(b, op, 0), tpu_dtype_opmath(out));
   tpu_aval_t ia = tpu_aval_make(TPU_I64, 2, in.dims);
   tpu_val_t diag = tpu_b_compare(b, "EQ", tpu_b_iota(b, &ia, 0), tpu_b_iota(b, &ia, 1));

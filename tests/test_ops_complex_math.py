@@ -1,0 +1,143 @@
+"""Complex elementwise math on tpu against PyTorch on CPU: the transcendental
+functions, pow, lerp/addcmul/addcdiv, linspace/logspace, isnan/nan_to_num/sinc/trace,
+and their gradients. Tolerances: tpu_testing.TOL (complex64 1e-5, complex128 1e-7).
+
+Branch cuts follow C99 (and PyTorch): on a cut, the sign of a zero part picks the
+side, so sqrt(-4 - 0j) = -2j while sqrt(-4 + 0j) = 2j."""
+import pytest
+import torch
+
+import torchtpu  # noqa: F401
+from tpu_testing import assert_same, check
+
+COMPLEX = [torch.complex64, torch.complex128]
+UNARY = ["exp", "exp2", "log", "log2", "log10", "log1p", "expm1", "sqrt", "rsqrt", "reciprocal", "sin", "cos",
+         "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "sigmoid", "sinc",
+         "square"]
+
+
+def _random(dtype, n=64, scale=2.0):
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(n, dtype=dtype, generator=g) * scale
+
+
+def _on_the_cuts(dtype):
+    """Points on every function's branch cuts (both axes, both signs of zero) and
+    around them; results stay finite."""
+    parts = [0.0, -0.0, 0.5, -0.5, 1.0, -1.0, 2.5, -3.0, 1e-6, -1e-6]
+    return torch.tensor([complex(a, b) for a in parts for b in parts], dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", COMPLEX)
+@pytest.mark.parametrize("name", UNARY)
+def test_unary_complex(name, dtype):
+    fn = getattr(torch, name)
+    check(fn, _random(dtype))
+    z = _on_the_cuts(dtype)
+    if name in ("log", "log2", "log10", "rsqrt", "reciprocal"):
+        z = z[z != 0]  # a pole: infinite parts, not compared here
+    if name in ("log1p", "atanh"):
+        z = z[(z != -1) & (z != 1)]
+    check(fn, z)
+
+
+@pytest.mark.parametrize("dtype", COMPLEX)
+def test_branch_cuts_take_the_side_of_the_signed_zero(dtype):
+    z = torch.tensor([-4 - 0j, -4 + 0j], dtype=dtype)
+    z[0] = torch.complex(torch.tensor(-4.0, dtype=z.real.dtype), torch.tensor(-0.0, dtype=z.real.dtype))
+    root = torch.sqrt(z.to("tpu")).cpu()
+    assert root[0].imag < 0 < root[1].imag  # -2j, then 2j, as on CPU
+    assert_same(torch.sqrt(z.to("tpu")), torch.sqrt(z))
+    assert_same(torch.asin(z.to("tpu") / 2), torch.asin(z / 2))
+
+
+@pytest.mark.parametrize("dtype", COMPLEX)
+def test_pow_complex(dtype):
+    z, w = _random(dtype, 32, 1.5), _random(dtype, 32, 0.5).flip(0)
+    # ATen's special exponents (products, sqrt, rsqrt, reciprocal) and the general case
+    for e in (2, 3, -2, 0.5, -0.5, -1, 2.5, 1 - 0.5j, 0):
+        check(lambda z: z ** e, z)
+    check(torch.pow, z, w)
+    check(lambda w: 2.0 ** w, w)
+    check(torch.square, _on_the_cuts(dtype))
+    check(lambda z: torch.pow(z, 0.5), _on_the_cuts(dtype))  # sqrt's cut
+
+
+@pytest.mark.parametrize("dtype", COMPLEX)
+def test_lerp_addcmul_addcdiv_complex(dtype):
+    z, w, v = _random(dtype, 16), _random(dtype, 16).flip(0), _random(dtype, 16, 0.5) + 3
+    check(lambda z, w: torch.lerp(z, w, 0.3), z, w)
+    check(lambda z, w: torch.lerp(z, w, 0.7 - 0.2j), z, w)  # |w| >= 0.5: the other side of ATen's formula
+    check(torch.lerp, z, w, v * 0.1)
+    check(lambda z, w, v: torch.addcmul(z, w, v, value=0.5 - 1j), z, w, v)
+    check(lambda z, w, v: torch.addcdiv(z, w, v, value=2), z, w, v)
+
+
+@pytest.mark.parametrize("dtype", COMPLEX)
+def test_linspace_logspace_complex(dtype):
+    for args in ((0, 1 + 1j, 5), (-1j, 3 + 1j, 7), (2.5, 3 + 1j, 4), (1 + 2j, -3 + 0.5j, 1), (0, 1j, 0), (0, 2, 6)):
+        assert_same(torch.linspace(*args, dtype=dtype, device="tpu"), torch.linspace(*args, dtype=dtype))
+        assert_same(torch.logspace(*args, base=2.0, dtype=dtype, device="tpu"),
+                    torch.logspace(*args, base=2.0, dtype=dtype))
+    assert_same(torch.linspace(0, 1 + 1j, 5, device="tpu"), torch.linspace(0, 1 + 1j, 5))  # dtype inferred
+
+
+@pytest.mark.parametrize("dtype", COMPLEX)
+def test_nan_checks_sinc_trace_complex(dtype):
+    z = _random(dtype, 12)
+    nan, inf = float("nan"), float("inf")
+    z[1], z[2], z[3], z[4] = complex(nan, 1), complex(1, nan), complex(inf, -inf), complex(-inf, 2)
+    check(torch.isnan, z)
+    check(torch.nan_to_num, z)
+    check(lambda z: torch.nan_to_num(z, nan=1.5, posinf=7.0, neginf=-7.0), z)
+    check(torch.sinc, torch.cat([_random(dtype, 8), torch.zeros(1, dtype=dtype)]))
+    check(torch.trace, _random(dtype, 20).reshape(4, 5))
+
+
+GRAD = ["exp", "log", "sqrt", "rsqrt", "reciprocal", "sin", "tan", "asin", "acos", "atan", "sinh", "tanh", "asinh",
+        "atanh", "sigmoid", "log2", "exp2", "expm1", "log1p"]
+
+
+@pytest.mark.parametrize("dtype", COMPLEX)
+@pytest.mark.parametrize("name", GRAD)
+def test_unary_complex_gradients(name, dtype):
+    """Wirtinger gradients (PyTorch's convention: conjugated derivatives) as on CPU."""
+    fn = getattr(torch, name)
+    z0, cot = _random(dtype, 24, 0.7), _random(dtype, 24).flip(0)
+    grads = []
+    for dev in ("cpu", "tpu"):
+        z = z0.to(dev).requires_grad_()
+        (g,) = torch.autograd.grad(fn(z), z, cot.to(dev))
+        grads.append(g)
+    assert_same(grads[1], grads[0])
+
+
+@pytest.mark.parametrize("dtype", COMPLEX)
+def test_pow_and_ternary_gradients_complex(dtype):
+    z0, w0 = _random(dtype, 12, 0.8), _random(dtype, 12, 0.8).flip(0) + 2
+    cot = _random(dtype, 12)
+    fns = (lambda z, w: z ** 2.5, lambda z, w: z ** w, lambda z, w: torch.square(z),
+           lambda z, w: torch.lerp(z, w, 0.3 + 0.1j), lambda z, w: torch.addcdiv(z, z, w, value=1 - 1j))
+    for fn in fns:
+        grads = []
+        for dev in ("cpu", "tpu"):
+            z, w = z0.to(dev).requires_grad_(), w0.to(dev).requires_grad_()
+            grads.append(torch.autograd.grad(fn(z, w), (z, w), cot.to(dev), allow_unused=True))
+        for t, c in zip(grads[1], grads[0]):
+            if c is None:
+                assert t is None
+            else:
+                assert_same(t, c)
+
+
+@pytest.mark.parametrize("dtype", COMPLEX)
+def test_small_parts_keep_their_relative_accuracy(dtype):
+    """sin(1e-6 i) = 1e-6 i to the last bits, as on CPU: a form through exp(y) - exp(-y)
+    would leave a few percent of error in a part that small."""
+    z = torch.tensor([1e-6j, 1e-4 + 1e-6j, 1e-6 + 0.5j, 2 + 1e-5j], dtype=dtype)
+    rtol = 1e-5 if dtype == torch.complex64 else 1e-12
+    for name in ("sin", "cos", "sinh", "cosh", "tan", "tanh", "expm1", "log1p"):
+        fn = getattr(torch, name)
+        got, want = fn(z.to("tpu")).cpu(), fn(z)
+        torch.testing.assert_close(got.real, want.real, rtol=rtol, atol=0, msg=name)
+        torch.testing.assert_close(got.imag, want.imag, rtol=rtol, atol=0, msg=name)
