@@ -141,3 +141,22 @@ def test_small_parts_keep_their_relative_accuracy(dtype):
         got, want = fn(z.to("tpu")).cpu(), fn(z)
         torch.testing.assert_close(got.real, want.real, rtol=rtol, atol=0, msg=name)
         torch.testing.assert_close(got.imag, want.imag, rtol=rtol, atol=0, msg=name)
+
+
+@pytest.mark.parametrize("dtype", COMPLEX)
+def test_logaddexp_complex(dtype):
+    """ATen's complex logaddexp: ordered by real part, NaN parts infect, equal infinite
+    real parts take ATen's special forms."""
+    inf, nan = float("inf"), float("nan")
+    x, y = _random(dtype, 20), _random(dtype, 20).flip(0)
+    x[0], y[0] = complex(-inf, 1), complex(-inf, 2)
+    x[1], y[2] = complex(nan, 0), complex(0, nan)
+    x[3], y[3] = complex(inf, 0.5), complex(inf, 0.25)
+    x[4], y[5] = complex(-inf, 0), complex(inf, 1)
+    check(torch.logaddexp, x, y)
+    z, w = x[6:].to("tpu").requires_grad_(), y[6:].to("tpu").requires_grad_()
+    zc, wc = x[6:].clone().requires_grad_(), y[6:].clone().requires_grad_()
+    cot = _random(dtype, 14)
+    for got, want in zip(torch.autograd.grad(torch.logaddexp(z, w), (z, w), cot.to("tpu")),
+                         torch.autograd.grad(torch.logaddexp(zc, wc), (zc, wc), cot)):
+        assert_same(got, want)

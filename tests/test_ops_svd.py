@@ -1,6 +1,6 @@
 """SVD (_linalg_svd: linalg.svd, svdvals, torch.svd and the composites on it:
 pinv, matrix_rank, cond, norm/matrix_norm with ord 2, -2, 'nuc') and
-linalg_matrix_exp vs PyTorch on CPU, float32 and float64, with batch dims and
+linalg_matrix_exp vs PyTorch on CPU, float32 and float64 (matrix_exp also complex), with batch dims and
 0-sized dims; gradients through PyTorch's own formulas.
 
 Singular vectors are not unique (signs; any basis of a repeated singular
@@ -291,6 +291,39 @@ def test_matrix_exp_backward(dtype):
     scale = 10 if dtype == torch.float32 else 1.0
     check_grad(torch.linalg.matrix_exp, _randn((2, 3, 3), dtype), scale=scale)
     check_grad(torch.linalg.matrix_exp, _randn((2, 3, 3), dtype) * 3, scale=scale)  # with squarings
+
+
+COMPLEX_EXP = {torch.complex64: torch.float32, torch.complex128: torch.float64}
+
+
+@pytest.mark.parametrize("dtype", list(COMPLEX_EXP))
+@pytest.mark.parametrize("shape", [(2, 2), (2, 4, 4), (16, 16), (0, 3, 3)])
+@pytest.mark.parametrize("size", [0.1, 1.0, 20.0])
+def test_matrix_exp_complex(dtype, shape, size):
+    """Complex matrices: the same series and squarings, normwise against CPU complex128,
+    in the tolerance of the parts' real dtype."""
+    a = torch.randn(*shape, dtype=torch.complex128, generator=torch.Generator().manual_seed(0))
+    a = a * size / max(shape[-1], 1) ** 0.5
+    ref = torch.linalg.matrix_exp(a)
+    got = torch.linalg.matrix_exp(a.to(dtype).to("tpu"))
+    assert got.dtype == dtype and got.shape == ref.shape
+    if ref.numel() == 0:
+        return
+    norm1 = a.abs().sum(-2).amax(-1).clamp_min(1)[..., None, None]
+    big = ref.abs().amax(dim=(-2, -1), keepdim=True)
+    err = (got.cpu().to(torch.complex128) - ref).abs()
+    assert (err <= 2 * REL_EXP[COMPLEX_EXP[dtype]] * norm1 * big).all(), f"max err {err.max()}"
+
+
+@pytest.mark.parametrize("dtype", list(COMPLEX_EXP))
+def test_matrix_exp_complex_backward(dtype):
+    a0 = torch.randn(2, 3, 3, dtype=dtype, generator=torch.Generator().manual_seed(1)) * 2
+    cot = torch.randn(2, 3, 3, dtype=dtype, generator=torch.Generator().manual_seed(2))
+    grads = []
+    for dev in ("cpu", "tpu"):
+        a = a0.to(dev).requires_grad_()
+        grads.append(torch.autograd.grad(torch.linalg.matrix_exp(a), a, cot.to(dev))[0])
+    assert_same(grads[1], grads[0], scale=10 if dtype == torch.complex64 else 1.0)
 
 
 def test_matrix_exp_errors():

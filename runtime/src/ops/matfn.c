@@ -8,7 +8,9 @@
  *    remainder is <= theta^19 / 19! (1 + theta/20 + ...), relative to
  *    ||exp(X)|| >= exp(-theta). theta = 1 (float64: 8.2e-18 / e^-1 = 2.2e-17,
  *    under the unit roundoff 1.1e-16) and theta = 2 (float32 and the half
- *    types, computed in float32: 4.3e-12 / e^-2 = 3e-11, far under 6e-8).
+ *    types, computed in float32: 4.3e-12 / e^-2 = 3e-11, far under 6e-8);
+ *    complex128 and complex64 as float64 and float32, with the norm of the
+ *    magnitudes.
  *    A Taylor polynomial needs no linear solve (a Pade approximant would), and
  *    degree 18 is the one PyTorch's CPU kernel tops out at.
  *  - T18 by Paterson-Stockmeyer in X^6: X^2 .. X^6 (5 products) then
@@ -77,9 +79,16 @@ static tpu_val_t tpu_matfn_more_squarings(tpu_builder_t* b, void* ctx, tpu_val_t
   return tpu_b_compare(b, "LT", k, smax);
 }
 
-/* s per batch element (0-d per matrix, i32) and 2^-s (the matrix dtype). */
+/* The real dtype of A's entries' magnitudes. */
+static tpu_dtype_t tpu_matfn_real(tpu_dtype_t t) {
+  return t == TPU_C128 ? TPU_F64 : t == TPU_C64 ? TPU_F32 : t;
+}
+
+/* s per batch element (0-d per matrix, i32) and 2^-s (the real dtype of A's parts). */
 static void tpu_matfn_scaling(tpu_builder_t* b, tpu_val_t A, double theta, tpu_val_t* s, tpu_val_t* pow2) {
-  tpu_aval_t a = *tpu_b_aval(b, A), ba = tpu_mx_drop(&a, 2);
+  tpu_aval_t a = *tpu_b_aval(b, A);
+  a.dtype = tpu_matfn_real(a.dtype);
+  tpu_aval_t ba = tpu_mx_drop(&a, 2);
   int r = a.rank;
   bool f64 = a.dtype == TPU_F64;
   double smax = f64 ? 1000 : 120; /* 2^-smax stays a normal number */
@@ -101,16 +110,18 @@ static void tpu_matfn_scaling(tpu_builder_t* b, tpu_val_t A, double theta, tpu_v
   *s = tpu_b_convert(b, si, TPU_I32);
 }
 
-/* exp(A) for A (batch..., n, n) of dtype f32 or f64. */
+/* exp(A) for A (batch..., n, n) of dtype f32, f64, c64 or c128 (the same
+ * series and squarings; the scaling from the magnitudes' norm). */
 static tpu_val_t tpu_matfn_exp(tpu_builder_t* b, tpu_val_t A) {
   tpu_aval_t a = *tpu_b_aval(b, A);
   if (a.dims[a.rank - 1] == 0) return A;
+  bool f64 = tpu_matfn_real(a.dtype) == TPU_F64;
   tpu_val_t s, pow2;
-  tpu_matfn_scaling(b, A, a.dtype == TPU_F64 ? 1.0 : 2.0, &s, &pow2);
+  tpu_matfn_scaling(b, A, f64 ? 1.0 : 2.0, &s, &pow2);
+  if (tpu_dtype_is_complex(a.dtype)) pow2 = tpu_ops_complex(b, pow2, tpu_b_full(b, tpu_b_aval(b, pow2), 0));
   tpu_val_t X = mf_mul(b, A, tpu_mx_bcast_batch(b, pow2, &a));
   tpu_val_t init[2] = {tpu_matfn_taylor18(b, X), s}, res[2];
-  tpu_mx_while(b, a.dtype == TPU_F64 ? 1000 : 120, 2, init, tpu_matfn_more_squarings, tpu_matfn_square, NULL, res,
-               NULL);
+  tpu_mx_while(b, f64 ? 1000 : 120, 2, init, tpu_matfn_more_squarings, tpu_matfn_square, NULL, res, NULL);
   return res[0];
 }
 
@@ -119,9 +130,7 @@ static tpu_status_t* tpu_lower_linalg_matrix_exp(tpu_builder_t* b, tpu_op_t* op,
                                                  int* nouts) {
   (void)max_outs;
   tpu_aval_t a = tpu_op_aval(op, 0);
-  if (a.dtype == TPU_C64 || a.dtype == TPU_C128)
-    return TPU_STATUS(TPU_UNIMPLEMENTED, "linalg.matrix_exp: complex inputs are not supported on tpu yet");
-  if (a.dtype != TPU_F32 && a.dtype != TPU_F64 && a.dtype != TPU_F16 && a.dtype != TPU_BF16)
+  if (!tpu_dtype_is_float(a.dtype) && !tpu_dtype_is_complex(a.dtype))
     return TPU_STATUS(TPU_INVALID_ARGUMENT,
                       "linalg.matrix_exp: Expected a floating point or complex tensor as input. Got %s",
                       tpu_dtype_scalar_type_name(a.dtype));
@@ -132,7 +141,7 @@ static tpu_status_t* tpu_lower_linalg_matrix_exp(tpu_builder_t* b, tpu_op_t* op,
                       "linalg.matrix_exp: A must be batches of square matrices, but they are %" PRId64 " by %" PRId64
                       " matrices",
                       a.dims[a.rank - 2], a.dims[a.rank - 1]);
-  tpu_dtype_t ct = a.dtype == TPU_F64 ? TPU_F64 : TPU_F32; /* f16/bf16 in f32, like ATen */
+  tpu_dtype_t ct = tpu_dtype_is_complex(a.dtype) || a.dtype == TPU_F64 ? a.dtype : TPU_F32; /* f16/bf16 in f32, like ATen */
   tpu_val_t A = tpu_b_convert(b, tpu_op_tensor(b, op, 0), ct);
   return tpu_ops_result1(tpu_b_convert(b, tpu_matfn_exp(b, A), a.dtype), outs, nouts);
 }

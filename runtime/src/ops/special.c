@@ -272,7 +272,29 @@ static tpu_val_t sp_logaddexp_base(tpu_builder_t* b, tpu_val_t x, tpu_val_t y, b
   tpu_val_t same_inf = sp_and(b, sp_cmpc(b, "EQ", sp_abs(b, x), INFINITY), tpu_b_compare(b, "EQ", x, y));
   return sp_sel(b, same_inf, x, v);
 }
-static tpu_val_t sp_logaddexp(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) { return sp_logaddexp_base(b, x, y, false); }
+/* Complex logaddexp as ATen's CPU kernel: max + log1p(exp(min - max)) with min
+ * and max ordered by real part; any NaN part gives NaN + NaN i; equal infinite
+ * real parts: min for -inf, log(exp(min) + exp(max)) for +inf. */
+static tpu_val_t sp_logaddexp_complex(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) {
+  tpu_val_t xr = tpu_ops_part(b, x, false), yr = tpu_ops_part(b, y, false);
+  tpu_val_t nan = sp_or(b, sp_or(b, sp_isnan(b, xr), sp_isnan(b, tpu_ops_part(b, x, true))),
+                        sp_or(b, sp_isnan(b, yr), sp_isnan(b, tpu_ops_part(b, y, true))));
+  tpu_val_t x_lt = tpu_b_compare(b, "LT", xr, yr);
+  tpu_val_t mn = sp_sel(b, x_lt, x, y), mx = sp_sel(b, x_lt, y, x);
+  tpu_val_t v = sp_add(b, mx, sp_un(b, "stablehlo.log_plus_one", sp_exp(b, sp_sub(b, mn, mx))));
+  tpu_val_t mnr = tpu_ops_part(b, mn, false);
+  tpu_val_t same_inf = sp_and(b, sp_cmpc(b, "EQ", sp_abs(b, mnr), INFINITY),
+                              tpu_b_compare(b, "EQ", mnr, tpu_ops_part(b, mx, false)));
+  tpu_val_t at_inf = sp_sel(b, sp_cmpc(b, "LT", mnr, 0.0), mn,
+                            sp_un(b, "stablehlo.log", sp_add(b, sp_exp(b, mn), sp_exp(b, mx))));
+  v = sp_sel(b, same_inf, at_inf, v);
+  tpu_val_t nn = sp_c(b, xr, NAN);
+  return sp_sel(b, nan, tpu_ops_complex(b, nn, nn), v);
+}
+static tpu_val_t sp_logaddexp(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) {
+  if (tpu_dtype_is_complex(tpu_b_dtype(b, x))) return sp_logaddexp_complex(b, x, y);
+  return sp_logaddexp_base(b, x, y, false);
+}
 static tpu_val_t sp_logaddexp2(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) { return sp_logaddexp_base(b, x, y, true); }
 static tpu_val_t sp_igamma(tpu_builder_t* b, tpu_val_t a, tpu_val_t x) { return tpu_special_igamma(b, a, x, false); }
 static tpu_val_t sp_igammac(tpu_builder_t* b, tpu_val_t a, tpu_val_t x) { return tpu_special_igamma(b, a, x, true); }
@@ -282,12 +304,13 @@ static tpu_val_t sp_igammac(tpu_builder_t* b, tpu_val_t a, tpu_val_t x) { return
 /* PyTorch's dtype checks for kernel `kernel` dispatched on dtype t. */
 bool tpu_special_check_dtype(tpu_builder_t* b, const char* name, unsigned flags, const char* kernel,
                              tpu_dtype_t t) {
-  if (tpu_dtype_is_complex(t)) {
+  if (tpu_dtype_is_complex(t) && !(flags & SP_COMPLEX)) {
     TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "%s: complex tensors are not supported on tpu", name);
     return false;
   }
   bool half = t == TPU_F16 || t == TPU_BF16;
-  bool bad = (half && (flags & SP_NO_HALF)) || (!tpu_dtype_is_float(t) && (flags & SP_NO_INT));
+  bool integral = !tpu_dtype_is_float(t) && !tpu_dtype_is_complex(t);
+  bool bad = (half && (flags & SP_NO_HALF)) || (integral && (flags & SP_NO_INT));
   if (bad) TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "\"%s\" not implemented for '%s'", kernel, tpu_dtype_scalar_type_name(t));
   return !bad;
 }
@@ -355,7 +378,7 @@ typedef struct sp_binary {
 } sp_binary_t;
 
 static const sp_binary_t sp_binaries[] = {
-    {"logaddexp", sp_logaddexp, SP_NO_INT, "logaddexp_cpu"},
+    {"logaddexp", sp_logaddexp, SP_NO_INT | SP_COMPLEX, "logaddexp_cpu"},
     {"logaddexp2", sp_logaddexp2, SP_NO_INT, "logaddexp2_cpu"},
     {"special_xlog1py", sp_xlog1py, 0, "xlog1py_cpu"},
     {"special_zeta", sp_zeta, SP_NO_HALF, "zeta_cpu"},

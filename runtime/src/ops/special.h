@@ -36,10 +36,11 @@ static inline tpu_val_t sp_is_int(tpu_builder_t* b, tpu_val_t x) {
 enum {
   SP_NO_HALF = 1u << 0, /* f16/bf16 raise NotImplementedError naming the kernel */
   SP_NO_INT = 1u << 1,  /* integral/bool raise NotImplementedError */
+  SP_COMPLEX = 1u << 2, /* complex inputs are supported (others raise) */
 };
 
 /* PyTorch's dtype checks for kernel `kernel` dispatched on dtype t (complex:
- * unimplemented; SP_* flags). Fails the builder and returns false if rejected. */
+ * unimplemented unless SP_COMPLEX; SP_* flags). Fails the builder and returns false if rejected. */
 bool tpu_special_check_dtype(tpu_builder_t* b, const char* name, unsigned flags, const char* kernel,
                              tpu_dtype_t t);
 /* Tensor arg i in its float result dtype *rt and compute dtype (returned). */
