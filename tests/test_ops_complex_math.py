@@ -160,3 +160,45 @@ def test_logaddexp_complex(dtype):
     for got, want in zip(torch.autograd.grad(torch.logaddexp(z, w), (z, w), cot.to("tpu")),
                          torch.autograd.grad(torch.logaddexp(zc, wc), (zc, wc), cot)):
         assert_same(got, want)
+
+
+# ------------------------------------------------------------ under torch.compile
+
+def _fallbacks():
+    import torchtpu
+    return torchtpu.metrics()["graph_fallbacks"]
+
+
+def test_compiled_complex_graph_is_one_program():
+    """view_as_real / view_as_complex / _conj in a graph are values (in eager they are
+    view bits the dispatcher handles): the graphs, forward and backward, stay one
+    program each and their gradients match CPU's."""
+    torch._dynamo.reset()
+    z0, w0 = _random(torch.complex64, 16), _random(torch.complex64, 16).flip(0)
+
+    def f(z, w):
+        r = torch.view_as_real(torch.exp(z) * torch.sqrt(w)) ** 2
+        c = torch.view_as_complex(torch.stack([z.real, w.imag], -1))
+        return r.sum() + (c * z.conj()).abs().sum()
+
+    before = _fallbacks()
+    z, w = z0.to("tpu").requires_grad_(), w0.to("tpu").requires_grad_()
+    out = torch.compile(f, backend="tpu")(z, w)
+    out.backward()
+    zc, wc = z0.clone().requires_grad_(), w0.clone().requires_grad_()
+    ref = f(zc, wc)
+    ref.backward()
+    assert _fallbacks() == before
+    assert_same(out, ref)
+    assert_same(z.grad, zc.grad)
+    assert_same(w.grad, wc.grad)
+
+
+def test_compiled_graph_reads_conj_and_neg_views_as_their_values():
+    """A tensor with the conjugate or negative bit (x.conj(), a saved _conj view) passed
+    to a compiled program is resolved first: the program reads storages, so it saw x."""
+    torch._dynamo.reset()
+    z, w = _random(torch.complex64, 8), _random(torch.complex64, 8).flip(0)
+    f = torch.compile(lambda x, y: x * y + 1, backend="tpu")
+    assert_same(f(z.to("tpu").conj(), w.to("tpu")), z.conj() * w + 1)
+    assert_same(f(torch._neg_view(z.to("tpu")), w.to("tpu")), -z * w + 1)

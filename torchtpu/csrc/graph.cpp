@@ -119,12 +119,19 @@ int32_t apply(Graph& graph, const std::string& qualname, const std::string& over
   return first;
 }
 
-// One input of a run: a tpu tensor, a 0-dim cpu tensor or a Python number.
-tpu_arg_t run_input(py::handle obj, int* device, const std::string& what) {
+// One input of a run: a tpu tensor, a 0-dim cpu tensor or a Python number. A
+// tensor with the conjugate or negative bit (a lazy `conj()` view that a graph
+// saved for backward) is resolved into `keep` first: a program reads storages,
+// not the dispatcher's view bits, which eager ops resolve before they run.
+tpu_arg_t run_input(py::handle obj, int* device, const std::string& what, std::vector<at::Tensor>* keep) {
   tpu_arg_t arg;
   std::memset(&arg, 0, sizeof(arg));
   if (THPVariable_Check(obj.ptr())) {
-    const at::Tensor t = THPVariable_Unpack(obj.ptr());
+    at::Tensor t = THPVariable_Unpack(obj.ptr());
+    if (t.is_conj() || t.is_neg()) {
+      keep->push_back(t.resolve_conj().resolve_neg());
+      t = keep->back();
+    }
     if (tensor_operand(t, device, what, &arg)) return arg;
     TORCH_CHECK(t.device().type() != kTpu,
                 "Expected all tensors to be on the same device, but found at least two devices, tpu:", *device,
@@ -138,8 +145,10 @@ tpu_arg_t run_input(py::handle obj, int* device, const std::string& what) {
 
 py::list run(Graph& graph, const py::list& inputs) {
   std::vector<tpu_arg_t> args;
+  std::vector<at::Tensor> resolved;  // alive until the run has taken its inputs
+  resolved.reserve(inputs.size());   // no reallocation: args point into these tensors
   int device = -1;
-  for (py::handle obj : inputs) args.push_back(run_input(obj, &device, "graph input"));
+  for (py::handle obj : inputs) args.push_back(run_input(obj, &device, "graph input", &resolved));
   if (device < 0) device = current_device();
   const int nout = tpu_graph_num_outputs(graph.g);
   Results rs(nout);

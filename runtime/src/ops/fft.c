@@ -197,6 +197,13 @@ static tpu_status_t* tpu_lower_conj_physical(tpu_builder_t* b, tpu_op_t* op, int
   return tpu_fft_done(tpu_ops_conj(b, x), outs, nouts);
 }
 
+/* _neg_view: -x. Like _conj (served by conj_physical), a view bit in eager mode
+ * (the dispatcher resolves it); a graph that saves one gets its value. */
+static tpu_status_t* tpu_lower_neg_view(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
+  (void)max_outs;
+  return tpu_fft_done(tpu_b_unary(b, "stablehlo.negate", tpu_op_tensor(b, op, 0)), outs, nouts);
+}
+
 /* angle: atan2(imag, real) for complex; for real x, pi where x < 0, else 0, and
  * NaN stays NaN (ATen's angle_impl). Integral and bool inputs give float32. */
 static tpu_status_t* tpu_lower_angle(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
@@ -221,6 +228,10 @@ const tpu_lowering_t tpu_lowerings_fft[] = {
     {"_fft_c2c", tpu_lower__fft_c2c},
     {"_fft_c2r", tpu_lower__fft_c2r},
     {"conj_physical", tpu_lower_conj_physical},
+    {"_conj", tpu_lower_conj_physical},
+    {"_conj_copy", tpu_lower_conj_physical},
+    {"_neg_view", tpu_lower_neg_view},
+    {"_neg_view_copy", tpu_lower_neg_view},
     {"angle", tpu_lower_angle},
     {NULL, NULL},
 };

@@ -169,6 +169,57 @@ static tpu_status_t* tpu_lower_alias(tpu_builder_t* b, tpu_op_t* op, int max_out
   return tpu_views_one(tpu_op_tensor(b, op, 0), outs, nouts);
 }
 
+/* view_as_real(self): a complex tensor as its (re, im) pairs on a new last dim.
+ * In eager mode both are metadata kernels of the binding; graphs get values. */
+static tpu_status_t* tpu_lower_view_as_real(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs,
+                                            int* nouts) {
+  (void)max_outs;
+  tpu_aval_t in = tpu_op_aval(op, 0);
+  if (!tpu_dtype_is_complex(in.dtype)) {
+    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "view_as_real is only supported for complex tensors");
+    return NULL;
+  }
+  if (in.rank >= TPU_MAX_RANK) {
+    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "view_as_real: a rank-%d result is past the tpu limit of %d dims", in.rank + 1,
+               TPU_MAX_RANK);
+    return NULL;
+  }
+  tpu_val_t x = tpu_op_tensor(b, op, 0);
+  int64_t dims[TPU_MAX_RANK];
+  memcpy(dims, in.dims, sizeof(int64_t) * (size_t)in.rank);
+  dims[in.rank] = 1;
+  tpu_val_t parts[2] = {tpu_b_reshape(b, tpu_ops_part(b, x, false), in.rank + 1, dims),
+                        tpu_b_reshape(b, tpu_ops_part(b, x, true), in.rank + 1, dims)};
+  return tpu_views_one(tpu_b_concat(b, 2, parts, in.rank), outs, nouts);
+}
+
+/* view_as_complex(self): float pairs on the last dim (of size 2) as complex numbers. */
+static tpu_status_t* tpu_lower_view_as_complex(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs,
+                                               int* nouts) {
+  (void)max_outs;
+  tpu_aval_t in = tpu_op_aval(op, 0);
+  if (in.dtype != TPU_F32 && in.dtype != TPU_F64) {
+    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT,
+               "view_as_complex is only supported for float and double tensors, but got a tensor of scalar type: %s",
+               tpu_dtype_scalar_type_name(in.dtype));
+    return NULL;
+  }
+  if (in.rank == 0 || in.dims[in.rank - 1] != 2) {
+    TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "Tensor must have a last dimension of size 2");
+    return NULL;
+  }
+  tpu_val_t x = tpu_op_tensor(b, op, 0), parts[2];
+  int64_t start[TPU_MAX_RANK] = {0}, limit[TPU_MAX_RANK];
+  memcpy(limit, in.dims, sizeof(int64_t) * (size_t)in.rank);
+  for (int k = 0; k < 2; ++k) {
+    start[in.rank - 1] = k;
+    limit[in.rank - 1] = k + 1;
+    parts[k] = tpu_b_reshape(b, tpu_b_slice(b, x, start, limit, NULL), in.rank - 1, in.dims);
+  }
+  tpu_aval_t out = tpu_aval_make(in.dtype == TPU_F64 ? TPU_C128 : TPU_C64, in.rank - 1, in.dims);
+  return tpu_views_one(tpu_b_op1(b, "stablehlo.complex", 2, parts, NULL, &out), outs, nouts);
+}
+
 /* ====================================================== permutes and expand */
 
 /* permute(self, dims) */
@@ -969,6 +1020,10 @@ const tpu_lowering_t tpu_lowerings_views[] = {
     {"reshape", tpu_lower_view},
     {"_reshape_copy", tpu_lower_view},
     {"alias", tpu_lower_alias},
+    {"view_as_real", tpu_lower_view_as_real},
+    {"view_as_real_copy", tpu_lower_view_as_real},
+    {"view_as_complex", tpu_lower_view_as_complex},
+    {"view_as_complex_copy", tpu_lower_view_as_complex},
     {"alias_copy", tpu_lower_alias},
     {"detach", tpu_lower_alias},
     {"detach_copy", tpu_lower_alias},
