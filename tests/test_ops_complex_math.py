@@ -202,3 +202,46 @@ def test_compiled_graph_reads_conj_and_neg_views_as_their_values():
     f = torch.compile(lambda x, y: x * y + 1, backend="tpu")
     assert_same(f(z.to("tpu").conj(), w.to("tpu")), z.conj() * w + 1)
     assert_same(f(torch._neg_view(z.to("tpu")), w.to("tpu")), -z * w + 1)
+
+
+# ------------------------------------------------------------ truth values, norms, sampling
+
+@pytest.mark.parametrize("dtype", COMPLEX)
+def test_complex_truth_values(dtype):
+    """A complex number is true when either part is nonzero: 1j is True (the imaginary
+    part was dropped before: 1j.bool() gave False, nonzero() missed it)."""
+    z = torch.tensor([1j, 0j, 2 + 0j, complex(0, -0.0), complex(float("nan"), 0), 3 - 4j], dtype=dtype)
+    w = torch.tensor([0j, 1j, 0j, 5j, 0j, 1 + 1j], dtype=dtype)
+    for fn in (lambda z: z.bool(), lambda z: z.any(), lambda z: z.all(), torch.count_nonzero, torch.nonzero,
+               torch.logical_not, lambda z: torch.where(z.bool(), 1, 0)):
+        check(fn, z)
+    for fn in (torch.logical_and, torch.logical_or, torch.logical_xor):
+        check(fn, z, w)
+
+
+@pytest.mark.parametrize("dtype", COMPLEX)
+def test_renorm_and_silu_complex(dtype):
+    z = _random(dtype, 60).reshape(3, 4, 5)
+    for p, dim, maxnorm in ((2, 0, 1.0), (1, 1, 2.0), (float("inf"), 2, 0.5), (3.5, 1, 1.5)):
+        check(lambda z: torch.renorm(z, p, dim, maxnorm), z)
+    check(torch.nn.functional.silu, z)
+
+
+@pytest.mark.parametrize("dtype", COMPLEX)
+def test_complex_sampling(dtype):
+    """randn / normal_ / uniform_ of a complex tensor sample its real pairs, as ATen:
+    randn's parts each have variance 1/2; uniform_ bounds both parts. Values are the
+    tpu generator's (compared by their moments, not CPU's numbers)."""
+    torch.manual_seed(0)
+    n = 100_000
+    z = torch.randn(n, dtype=dtype, device="tpu").cpu()
+    assert z.dtype == dtype
+    for part in (z.real, z.imag):
+        assert abs(part.mean().item()) < 0.02 and abs(part.var().item() - 0.5) < 0.02
+    m = torch.empty(n, dtype=dtype, device="tpu").normal_(2.0, 3.0).cpu()
+    for part in (m.real, m.imag):  # std / sqrt(2) per part
+        assert abs(part.mean().item() - 2.0) < 0.05 and abs(part.std().item() - 3.0 / 2 ** 0.5) < 0.05
+    u = torch.empty(n, dtype=dtype, device="tpu").uniform_(-1.0, 3.0).cpu()
+    for part in (u.real, u.imag):
+        assert part.min() >= -1.0 and part.max() <= 3.0 and abs(part.mean().item() - 1.0) < 0.05
+    assert (z.real != z.imag).all()  # two independent draws per element

@@ -328,7 +328,12 @@ EW_MAP_FN(map_relu) { EW_UNUSED; return tpu_ew_relu(b, x); }
 static tpu_val_t ew_limit_at_neg_inf(tpu_builder_t* b, tpu_val_t x, tpu_val_t y) {
   return ew_sel(b, ew_cmpc(b, "EQ", x, -INFINITY), ew_c(b, x, -0.0), y);
 }
-EW_MAP_FN(map_silu) { EW_UNUSED; return ew_limit_at_neg_inf(b, x, ew_mul(b, x, ew_sigmoid(b, x))); }
+EW_MAP_FN(map_silu) {
+  EW_UNUSED;
+  if (tpu_dtype_is_complex(tpu_b_dtype(b, x))) /* ATen's complex kernel: x / (1 + exp(-x)) */
+    return ew_div(b, x, ew_add(b, ew_c(b, x, 1.0), ew_un(b, "stablehlo.exponential", ew_neg(b, x))));
+  return ew_limit_at_neg_inf(b, x, ew_mul(b, x, ew_sigmoid(b, x)));
+}
 EW_MAP_FN(map_mish) {
   EW_UNUSED;
   return ew_limit_at_neg_inf(b, x, ew_mul(b, x, ew_un(b, "stablehlo.tanh", ew_softplus_raw(b, x))));
@@ -614,7 +619,7 @@ typedef struct tpu_ew_map {
   X("trunc", NULL, map_trunc, EW_INT_SAME | EW_NO_BOOL, "trunc_vml_cpu", 0)                                          \
   X("frac", NULL, map_frac, EW_FLOAT_ONLY, "frac_cpu", 0)                                                            \
   X("bitwise_not", "stablehlo.not", NULL, EW_NO_FLOAT, "bitwise_not_cpu", 0)                                         \
-  X("logical_not", NULL, map_logical_not, EW_PRED, NULL, 0)                                                          \
+  X("logical_not", NULL, map_logical_not, EW_PRED | EW_COMPLEX, NULL, 0)                                             \
   X("isnan", NULL, map_isnan, EW_PRED | EW_COMPLEX, NULL, 0)                                                         \
   X("isinf", NULL, map_isinf, EW_PRED, NULL, 0)                                                                      \
   X("isposinf", NULL, map_isposinf, EW_PRED, NULL, 0)                                                                \
@@ -623,7 +628,7 @@ typedef struct tpu_ew_map {
   X("signbit", NULL, map_signbit, EW_PRED, NULL, 0)                                                                  \
   X("relu", NULL, map_relu, EW_BOOL_MSG, "Boolean inputs not supported for relu", 0)                                 \
   X("gelu", NULL, map_gelu, EW_FLOAT_ONLY, "GeluKernelImpl", 0)                                                      \
-  X("silu", NULL, map_silu, EW_FLOAT_ONLY, "silu_cpu", 0)                                                            \
+  X("silu", NULL, map_silu, EW_FLOAT_ONLY | EW_COMPLEX, "silu_cpu", 0)                                               \
   X("mish", NULL, map_mish, EW_FLOAT_ONLY, "mish_cpu", 0)                                                            \
   X("hardswish", NULL, map_hardswish, EW_FLOAT_ONLY, "hardswish_cpu", 0)                                             \
   X("hardsigmoid", NULL, map_hardsigmoid, EW_FLOAT_ONLY, "hardsigmoid_cpu", 0)                                       \
@@ -881,11 +886,11 @@ typedef struct tpu_ew_binary {
 
 /* X(name, hlo, fn, flags, kernel) */
 #define TPU_EW_BINARIES(X)                                                           \
-  X("mul", NULL, bin_mul, EW_COMPLEX, "mul_cpu")                                         \
+  X("mul", NULL, bin_mul, EW_COMPLEX, "mul_cpu")                                     \
   X("floor_divide", NULL, bin_div_floor, EW_NO_BOOL, "div_floor_cpu")                \
   X("remainder", NULL, bin_remainder, EW_NO_BOOL, "remainder_cpu")                   \
   X("fmod", "stablehlo.remainder", NULL, EW_NO_BOOL, "fmod_cpu")                     \
-  X("pow", NULL, bin_pow, EW_NO_BOOL | EW_COMPLEX, "pow")                                         \
+  X("pow", NULL, bin_pow, EW_NO_BOOL | EW_COMPLEX, "pow")                            \
   X("atan2", "stablehlo.atan2", NULL, EW_FLOAT, "atan2_cpu")                         \
   X("hypot", NULL, bin_hypot, EW_FLOAT_ONLY, "hypot_cpu")                            \
   X("maximum", NULL, bin_max, 0, "maximum_cpu")                                      \
@@ -898,9 +903,9 @@ typedef struct tpu_ew_binary {
   X("le", "LE", NULL, EW_CMP, NULL)                                                  \
   X("gt", "GT", NULL, EW_CMP, NULL)                                                  \
   X("ge", "GE", NULL, EW_CMP, NULL)                                                  \
-  X("logical_and", "stablehlo.and", NULL, EW_LOGICAL, NULL)                          \
-  X("logical_or", "stablehlo.or", NULL, EW_LOGICAL, NULL)                            \
-  X("logical_xor", "stablehlo.xor", NULL, EW_LOGICAL, NULL)                          \
+  X("logical_and", "stablehlo.and", NULL, EW_LOGICAL | EW_COMPLEX, NULL)             \
+  X("logical_or", "stablehlo.or", NULL, EW_LOGICAL | EW_COMPLEX, NULL)               \
+  X("logical_xor", "stablehlo.xor", NULL, EW_LOGICAL | EW_COMPLEX, NULL)             \
   X("bitwise_and", "stablehlo.and", NULL, EW_NO_FLOAT, "bitwise_and_cpu")            \
   X("bitwise_or", "stablehlo.or", NULL, EW_NO_FLOAT, "bitwise_or_cpu")               \
   X("bitwise_xor", "stablehlo.xor", NULL, EW_NO_FLOAT, "bitwise_xor_cpu")            \

@@ -226,7 +226,8 @@ static tpu_status_t* tpu_lower_frexp(tpu_builder_t* b, tpu_op_t* op, int max_out
 static tpu_status_t* tpu_lower_renorm(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
   (void)max_outs;
   tpu_aval_t in = tpu_op_aval(op, 0);
-  if (!tpu_dtype_is_float(in.dtype)) {
+  bool complex = tpu_dtype_is_complex(in.dtype);
+  if (!tpu_dtype_is_float(in.dtype) && !complex) {
     TPU_B_FAIL(b, TPU_INVALID_ARGUMENT,
                "linalg.vector_norm: Expected a floating point or complex tensor as input. Got %s",
                tpu_dtype_scalar_type_name(in.dtype));
@@ -234,23 +235,25 @@ static tpu_status_t* tpu_lower_renorm(tpu_builder_t* b, tpu_op_t* op, int max_ou
   }
   int dim = tpu_ops_dim(b, tpu_op_int(op, 2, 0), in.rank);
   if (!tpu_b_ok(b)) return NULL;
-  tpu_dtype_t ct = tpu_dtype_opmath(in.dtype);
-  tpu_val_t x = tpu_b_convert(b, tpu_op_tensor(b, op, 0), ct);
+  /* Norms, p and maxnorm are real (a complex input's magnitudes). */
+  tpu_dtype_t rt = in.dtype == TPU_C128 ? TPU_F64 : in.dtype == TPU_C64 ? TPU_F32 : in.dtype;
+  tpu_dtype_t ct = tpu_dtype_opmath(rt);
+  tpu_val_t x = tpu_b_convert(b, tpu_op_tensor(b, op, 0), complex ? in.dtype : ct);
   tpu_val_t p = tpu_op_scalar(b, op, 1, ct);
   tpu_val_t maxnorm = tpu_op_scalar(b, op, 3, ct);
   int64_t rdims[TPU_MAX_RANK];
   int nr = 0;
   for (int i = 0; i < in.rank; i++)
     if (i != dim) rdims[nr++] = i;
-  tpu_aval_t xa = *tpu_b_aval(b, x);
   tpu_val_t ax = tpu_b_unary(b, "stablehlo.abs", x);
+  tpu_aval_t xa = *tpu_b_aval(b, ax);
   tpu_val_t pb = tpu_ops_bcast(b, p, &xa);
   tpu_val_t zero = tpu_b_const(b, ct, 0);
   tpu_val_t gen = tpu_b_reduce(b, tpu_b_binary(b, "stablehlo.power", ax, pb), zero, nr, rdims, "stablehlo.add");
   tpu_aval_t na = *tpu_b_aval(b, gen);
   tpu_val_t inv_p = tpu_b_binary(b, "stablehlo.divide", tpu_b_const(b, ct, 1), p);
   gen = tpu_b_binary(b, "stablehlo.power", gen, tpu_ops_bcast(b, inv_p, &na));
-  tpu_val_t l2 = tpu_b_unary(b, "stablehlo.sqrt", tpu_b_reduce(b, mc_mul(b, x, x), zero, nr, rdims, "stablehlo.add"));
+  tpu_val_t l2 = tpu_b_unary(b, "stablehlo.sqrt", tpu_b_reduce(b, mc_mul(b, ax, ax), zero, nr, rdims, "stablehlo.add"));
   tpu_val_t linf = tpu_b_reduce(b, ax, zero, nr, rdims, "stablehlo.maximum");
   tpu_val_t l1 = tpu_b_reduce(b, ax, zero, nr, rdims, "stablehlo.add");
   tpu_val_t pn = tpu_ops_bcast(b, p, &na);
@@ -260,10 +263,11 @@ static tpu_status_t* tpu_lower_renorm(tpu_builder_t* b, tpu_op_t* op, int max_ou
   tpu_val_t mn = tpu_ops_bcast(b, maxnorm, &na);
   tpu_val_t scaled = tpu_b_binary(b, "stablehlo.divide", mn, mc_add(b, norm, mc_c(b, norm, 1e-7)));
   tpu_val_t factor = tpu_b_select(b, tpu_b_compare(b, "GT", norm, mn), scaled, mc_c(b, norm, 1.0));
-  /* ATen rounds the factor to self's dtype before multiplying. */
-  factor = tpu_b_convert(b, tpu_b_convert(b, factor, in.dtype), ct);
+  /* ATen rounds the factor to self's (value) dtype before multiplying. */
+  factor = tpu_b_convert(b, tpu_b_convert(b, factor, rt), ct);
   int64_t bdims[1] = {dim};
   tpu_val_t fb = tpu_b_broadcast_in_dim(b, factor, in.rank, in.dims, bdims);
+  if (complex) fb = tpu_ops_complex(b, fb, mc_c(b, fb, 0.0));
   return tpu_ops_result1(tpu_b_convert(b, mc_mul(b, x, fb), in.dtype), outs, nouts);
 }
 

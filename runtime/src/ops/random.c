@@ -194,6 +194,9 @@ typedef struct tpu_dist {
   tpu_status_code_t bad_code;
   tpu_dist_check_fn check;
   tpu_dist_sample_fn sample;
+  /* Complex self: ATen samples view_as_real(self) (normal with std / sqrt(2)). */
+  bool complex_pairs;
+  double complex_std_scale;
 } tpu_dist_t;
 
 static bool tpu_check_normal(tpu_builder_t* b, const double* prm, tpu_dtype_t t) {
@@ -297,19 +300,19 @@ static tpu_val_t tpu_sample_cauchy(tpu_builder_t* b, tpu_rng_t* g, const tpu_ava
 
 static const tpu_dist_t tpu_dists[] = {
     {"normal", {0.0, 1.0}, false, TPU_NOT_IMPL("normal_kernel_cpu"), false, TPU_UNIMPLEMENTED, tpu_check_normal,
-     tpu_sample_normal},
+     tpu_sample_normal, true, 0.70710678118654752440 /* 1/sqrt(2) */},
     {"normal_functional", {0.0, 1.0}, false, TPU_NOT_IMPL("normal_kernel_cpu"), false, TPU_UNIMPLEMENTED,
-     tpu_check_normal, tpu_sample_normal},
+     tpu_check_normal, tpu_sample_normal, true, 0.70710678118654752440 /* 1/sqrt(2) */},
     {"uniform", {0.0, 1.0}, false, TPU_NOT_IMPL("check_uniform_bounds"), false, TPU_UNIMPLEMENTED, tpu_check_uniform,
-     tpu_sample_uniform},
+     tpu_sample_uniform, true, 1.0},
     {"exponential", {1.0, 0.0}, false, TPU_CONTINUOUS("Exponential"), false, TPU_INVALID_ARGUMENT,
-     tpu_check_exponential, tpu_sample_exponential},
+     tpu_check_exponential, tpu_sample_exponential, false, 1.0},
     {"geometric", {NAN, 0.0}, true, TPU_NOT_IMPL("geometric_cpu"), false, TPU_UNIMPLEMENTED, tpu_check_geometric,
-     tpu_sample_geometric},
+     tpu_sample_geometric, false, 1.0},
     {"log_normal", {1.0, 2.0}, false, TPU_NOT_IMPL("log_normal_cpu"), false, TPU_UNIMPLEMENTED, tpu_check_log_normal,
-     tpu_sample_log_normal},
+     tpu_sample_log_normal, false, 1.0},
     {"cauchy", {0.0, 1.0}, false, TPU_CONTINUOUS("Cauchy"), true, TPU_INVALID_ARGUMENT, tpu_check_cauchy,
-     tpu_sample_cauchy},
+     tpu_sample_cauchy, false, 1.0},
 };
 
 static const tpu_dist_t* tpu_dist_find(const char* name) {
@@ -319,7 +322,27 @@ static const tpu_dist_t* tpu_dist_find(const char* name) {
 }
 
 static bool tpu_dist_dtype_ok(const tpu_dist_t* d, tpu_dtype_t t) {
-  return tpu_dtype_is_float(t) || (d->ints && tpu_dtype_is_int(t) && t < TPU_U16);
+  return tpu_dtype_is_float(t) || (d->ints && tpu_dtype_is_int(t) && t < TPU_U16) ||
+         (d->complex_pairs && tpu_dtype_is_complex(t));
+}
+
+/* A complex self's samples: the real pairs on a trailing dim of 2, as complex. */
+static tpu_val_t tpu_dist_complex(tpu_builder_t* b, const tpu_dist_t* d, tpu_rng_t* g, const tpu_aval_t* shape,
+                                  const double* prm) {
+  tpu_aval_t pairs = *shape;
+  pairs.dtype = shape->dtype == TPU_C128 ? TPU_F64 : TPU_F32;
+  pairs.dims[pairs.rank++] = 2;
+  const double scaled[2] = {prm[0], prm[1] * d->complex_std_scale};
+  tpu_val_t v = d->sample(b, g, &pairs, d->complex_std_scale != 1.0 ? scaled : prm);
+  tpu_val_t parts[2];
+  int64_t start[TPU_MAX_RANK] = {0}, limit[TPU_MAX_RANK];
+  memcpy(limit, pairs.dims, sizeof(int64_t) * (size_t)pairs.rank);
+  for (int k = 0; k < 2; ++k) {
+    start[shape->rank] = k;
+    limit[shape->rank] = k + 1;
+    parts[k] = tpu_b_reshape(b, tpu_b_slice(b, v, start, limit, NULL), shape->rank, shape->dims);
+  }
+  return tpu_ops_complex(b, parts[0], parts[1]);
 }
 
 /* normal_, uniform_, exponential_, geometric_, log_normal_, cauchy_ and their
@@ -338,6 +361,12 @@ static tpu_status_t* tpu_lower_dist(tpu_builder_t* b, tpu_op_t* op, int max_outs
   double prm[2] = {tpu_op_float(op, 1, d->dflt[0]), tpu_op_float(op, 2, d->dflt[1])};
   if (!d->check(b, prm, shape.dtype)) return NULL;
   tpu_rng_t g = tpu_rng_open(b, op);
+  if (tpu_dtype_is_complex(shape.dtype)) {
+    if (shape.rank >= TPU_MAX_RANK)
+      return TPU_STATUS(TPU_INVALID_ARGUMENT, "%s: a complex tensor of rank %d is past the tpu limit of %d dims for "
+                        "its real pairs", d->name, shape.rank, TPU_MAX_RANK - 1);
+    return tpu_ops_result1(tpu_dist_complex(b, d, &g, &shape, prm), outs, nouts);
+  }
   return tpu_ops_result1(d->sample(b, &g, &shape, prm), outs, nouts);
 }
 
