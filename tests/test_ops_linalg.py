@@ -1,10 +1,10 @@
 """linalg family (runtime/src/ops/linalg.c) vs PyTorch on CPU: Cholesky and
-triangular solves on well-conditioned float32 inputs."""
+triangular solves on well-conditioned float32 inputs, and complex64/complex128 Hermitian ones."""
 import pytest
 import torch
 import torchtpu  # noqa: F401
 
-from tpu_testing import check, check_grad
+from tpu_testing import assert_same, check, check_grad
 
 
 def _spd(*batch, n=4):
@@ -66,3 +66,63 @@ def test_cholesky_solve_inverse(upper):
     check(lambda b, f: torch.cholesky_solve(b, f, upper=upper), torch.randn(2, 4, 3), f)
     check(lambda f: torch.cholesky_inverse(f, upper=upper), f[0])
     check(lambda f: torch.cholesky_inverse(f, upper=upper), torch.zeros(0, 0))
+
+
+# ------------------------------------------------------------ complex (Hermitian) matrices
+
+COMPLEX = [torch.complex64, torch.complex128]
+
+
+def _hpd(dtype, *batch, n=4):
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(*batch, n, n, dtype=dtype, generator=g)
+    return a @ a.mH + n * torch.eye(n, dtype=dtype)
+
+
+def _complex_tri(dtype, *batch, n=4):
+    g = torch.Generator().manual_seed(1)
+    return (torch.randn(*batch, n, n, dtype=dtype, generator=g) + n * torch.eye(n, dtype=dtype)).triu()
+
+
+def _complex_grads(fn, *args):
+    """fn's gradients for complex inputs on CPU and tpu (check_grad takes float inputs)."""
+    out = []
+    for dev in ("cpu", "tpu"):
+        xs = [a.to(dev).requires_grad_() for a in args]
+        y = fn(*xs)
+        out.append(torch.autograd.grad(y, xs, torch.ones_like(y)))
+    return out
+
+
+@pytest.mark.parametrize("dtype", COMPLEX)
+@pytest.mark.parametrize("upper", [False, True])
+def test_complex_cholesky_and_solves(dtype, upper):
+    """A = L L^H, upper gives U = L^H; cholesky_solve/inverse solve with the adjoint;
+    triangular_solve's transpose is A^T (not conjugated), as ATen's."""
+    a, rhs, t = _hpd(dtype, 2), torch.randn(2, 4, 3, dtype=dtype), _complex_tri(dtype, 2)
+    check(lambda a: torch.linalg.cholesky(a, upper=upper), a)
+    check(lambda a: torch.linalg.cholesky_ex(a, upper=upper), a)
+    factor = torch.linalg.cholesky(a, upper=upper)
+    check(lambda r, f: torch.cholesky_solve(r, f, upper=upper), rhs, factor)
+    check(lambda f: torch.cholesky_inverse(f, upper=upper), factor[0])
+    for left in (True, False):
+        b = rhs if left else rhs.mH
+        check(lambda t, b: torch.linalg.solve_triangular(t, b, upper=True, left=left), t, b)
+        check(lambda t, b: torch.linalg.solve_triangular(t.mH, b, upper=False, left=left, unitriangular=True), t, b)
+    for transpose in (False, True):
+        check(lambda r, t: torch.triangular_solve(r, t, upper=True, transpose=transpose), rhs, t)
+
+
+@pytest.mark.parametrize("dtype", COMPLEX)
+def test_complex_lu_solves_and_gradients(dtype):
+    a, rhs, t = _hpd(dtype, 2), torch.randn(2, 4, 3, dtype=dtype), _complex_tri(dtype, 2)
+    for adjoint in (False, True):
+        check(lambda a, r: torch.linalg.lu_solve(*torch.linalg.lu_factor(a), r, adjoint=adjoint), a, rhs)
+    check(lambda a: torch.linalg.lu(a), a)
+    for fn, args in ((torch.linalg.cholesky, (a,)),
+                     (lambda t, r: torch.linalg.solve_triangular(t, r, upper=True), (t, rhs)),
+                     (lambda a, r: torch.linalg.lu_solve(*torch.linalg.lu_factor(a), r), (a, rhs)),
+                     (lambda a, r: torch.cholesky_solve(r, torch.linalg.cholesky(a)), (a, rhs))):
+        cpu, tpu = _complex_grads(fn, *args)
+        for gt, gc in zip(tpu, cpu):
+            assert_same(gt, gc, scale=10 if dtype == torch.complex64 else 1.0)

@@ -4,15 +4,16 @@
  * Matrices are [*batch, n, n]; both ops take leading batch dims, so batched
  * inputs only need their batch dims broadcast to a common shape. The triangle
  * of stablehlo.cholesky's result that is not the factor is unspecified, so it
- * is masked to zeros as PyTorch returns it. Real float32/float64 only (the
- * dtypes PyTorch's CPU linalg supports besides complex). */
+ * is masked to zeros as PyTorch returns it. float32, float64, complex64 and
+ * complex128 (PyTorch's CPU linalg dtypes); for complex matrices the factor's
+ * partner is the conjugate transpose (A = L L^H) and "upper" is U = L^H. */
 #include <stdio.h>
 #include <string.h>
 
 #include "matrix.h"
 
 /* Arg i must be a batch of matrices ([*, m, n]; square when `square`) of
- * float32/float64. */
+ * float32/float64/complex64/complex128. */
 static bool tpu_la_check(tpu_builder_t* b, const tpu_op_t* op, int i, bool square, const char* name) {
   tpu_aval_t a = tpu_op_aval(op, i);
   if (tpu_op_kind(op, i) != TPU_ARG_TENSOR || a.rank < 2) {
@@ -25,10 +26,8 @@ static bool tpu_la_check(tpu_builder_t* b, const tpu_op_t* op, int i, bool squar
                " matrices", name, a.dims[a.rank - 2], a.dims[a.rank - 1]);
     return false;
   }
-  if (a.dtype == TPU_F32 || a.dtype == TPU_F64) return true;
-  if (tpu_dtype_is_complex(a.dtype))
-    TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "%s: complex inputs are not supported on tpu", name);
-  else if (tpu_dtype_is_float(a.dtype))
+  if (a.dtype == TPU_F32 || a.dtype == TPU_F64 || tpu_dtype_is_complex(a.dtype)) return true;
+  if (tpu_dtype_is_float(a.dtype))
     TPU_B_FAIL(b, TPU_UNIMPLEMENTED, "\"%s\" not implemented for '%s'", name, tpu_dtype_scalar_type_name(a.dtype));
   else
     TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "%s: Expected a floating point or complex tensor as input. Got %s", name,
@@ -68,13 +67,13 @@ static bool tpu_la_bcast_batch(tpu_builder_t* b, tpu_val_t* x, tpu_val_t* y) {
   return tpu_b_ok(b);
 }
 
-/* The Cholesky factor of arg 0: L (lower, tril) or U = L^T (upper, triu). */
+/* The Cholesky factor of arg 0: L (lower, tril) or U = L^H (upper, triu). */
 static tpu_val_t tpu_la_cholesky(tpu_builder_t* b, tpu_op_t* op, bool upper) {
   tpu_aval_t a = tpu_op_aval(op, 0);
   tpu_val_t x = tpu_op_tensor(b, op, 0);
   if (tpu_aval_numel(&a) == 0) return x;
   tpu_val_t l = tpu_la_tri(b, tpu_b_op1(b, "stablehlo.cholesky", 1, &x, "lower = true", &a), true);
-  return upper ? tpu_mx_mT(b, l) : l;
+  return upper ? tpu_ops_conj(b, tpu_mx_mT(b, l)) : l;
 }
 
 /* linalg_cholesky_ex(self, *, upper=False, check_errors=False) -> (L, info).
@@ -128,11 +127,12 @@ static tpu_status_t* tpu_lower_linalg_solve_triangular(tpu_builder_t* b, tpu_op_
   }
   tpu_val_t a = tpu_op_tensor(b, op, 0), rhs = tpu_op_tensor(b, op, 1);
   if (!tpu_la_bcast_batch(b, &a, &rhs)) return NULL;
-  return tpu_ops_result1(tpu_mx_trisolve(b, a, rhs, left, !upper, unit, false), outs, nouts);
+  return tpu_ops_result1(tpu_mx_trisolve(b, a, rhs, left, !upper, unit, TPU_MX_N), outs, nouts);
 }
 
 /* triangular_solve(self=B, A, upper=True, transpose=False, unitriangular=False)
- * -> (solution, cloned_coefficient): op(A) X = B, left side only. */
+ * -> (solution, cloned_coefficient): op(A) X = B, left side only; `transpose`
+ * is A^T, not conjugated, for complex A too (LAPACK's trans = 'T', as ATen). */
 static tpu_status_t* tpu_lower_triangular_solve(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs,
                                                 int* nouts) {
   (void)max_outs;
@@ -140,19 +140,19 @@ static tpu_status_t* tpu_lower_triangular_solve(tpu_builder_t* b, tpu_op_t* op, 
   bool upper = tpu_op_bool(op, 2, true), trans = tpu_op_bool(op, 3, false), unit = tpu_op_bool(op, 4, false);
   tpu_val_t a = tpu_op_tensor(b, op, 1), rhs = tpu_op_tensor(b, op, 0);
   if (!tpu_la_bcast_batch(b, &a, &rhs)) return NULL;
-  outs[0] = tpu_mx_trisolve(b, a, rhs, true, !upper, unit, trans);
+  outs[0] = tpu_mx_trisolve(b, a, rhs, true, !upper, unit, trans ? TPU_MX_T : TPU_MX_N);
   outs[1] = a;
   *nouts = 2;
   return NULL;
 }
 
-/* X with (L L^T) X = rhs (upper: (U^T U) X = rhs) given the factor; shared
+/* X with (L L^H) X = rhs (upper: (U^H U) X = rhs) given the factor; shared
  * batch dims. */
 static tpu_val_t tpu_la_cholesky_solve(tpu_builder_t* b, tpu_val_t factor, tpu_val_t rhs, bool upper) {
   bool lower = !upper;
-  /* lower: L y = rhs, then L^T x = y; upper: U^T y = rhs, then U x = y. */
-  tpu_val_t y = tpu_mx_trisolve(b, factor, rhs, true, lower, false, upper);
-  return tpu_mx_trisolve(b, factor, y, true, lower, false, lower);
+  /* lower: L y = rhs, then L^H x = y; upper: U^H y = rhs, then U x = y. */
+  tpu_val_t y = tpu_mx_trisolve(b, factor, rhs, true, lower, false, upper ? TPU_MX_H : TPU_MX_N);
+  return tpu_mx_trisolve(b, factor, y, true, lower, false, lower ? TPU_MX_H : TPU_MX_N);
 }
 
 /* _cholesky_solve_helper(self=B, A=factor, upper) */

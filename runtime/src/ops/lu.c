@@ -173,14 +173,9 @@ static tpu_val_t tpu_lu_apply_perm(tpu_builder_t* b, tpu_val_t P, tpu_val_t x, b
   return tpu_b_dot_general(b, P, x, r - 2, bd, bd, 1, &pc, &xc, tpu_b_dtype(b, x));
 }
 
-static tpu_val_t tpu_lu_trsm(tpu_builder_t* b, tpu_val_t a, tpu_val_t x, bool lower, bool unit, bool transpose) {
-  char attrs[192];
-  snprintf(attrs, sizeof(attrs),
-           "left_side = true, lower = %s, unit_diagonal = %s, transpose_a = #stablehlo<transpose %s>",
-           lower ? "true" : "false", unit ? "true" : "false",
-           !transpose ? "NO_TRANSPOSE" : tpu_dtype_is_complex(tpu_b_dtype(b, x)) ? "ADJOINT" : "TRANSPOSE");
-  tpu_val_t ins[2] = {a, x};
-  return tpu_b_op1(b, "stablehlo.triangular_solve", 2, ins, attrs, tpu_b_aval(b, x));
+/* LU's unit-lower (lower) or upper triangle solved against x, or its adjoint's. */
+static tpu_val_t tpu_lu_trsm(tpu_builder_t* b, tpu_val_t a, tpu_val_t x, bool lower, bool unit, bool adjoint) {
+  return tpu_mx_trisolve(b, a, x, true, lower, unit, adjoint ? TPU_MX_H : TPU_MX_N);
 }
 
 /* x^H (x^T for real x). */

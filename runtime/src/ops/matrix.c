@@ -282,15 +282,17 @@ bool tpu_mx_check_input(tpu_builder_t* b, const tpu_aval_t* a, const char* api, 
   return true;
 }
 
-tpu_val_t tpu_mx_trisolve(tpu_builder_t* b, tpu_val_t a, tpu_val_t rhs, bool left, bool lower, bool unit, bool trans) {
+tpu_val_t tpu_mx_trisolve(tpu_builder_t* b, tpu_val_t a, tpu_val_t rhs, bool left, bool lower, bool unit,
+                          tpu_mx_op_t op) {
   if (!tpu_b_ok(b)) return TPU_NOVAL;
   tpu_aval_t ra = *tpu_b_aval(b, rhs);
   if (tpu_aval_numel(&ra) == 0) return rhs; /* nothing to solve */
+  static const char* const names[TPU_MX_OP_COUNT] = {"NO_TRANSPOSE", "TRANSPOSE", "ADJOINT"};
+  if (op == TPU_MX_H && !tpu_dtype_is_complex(ra.dtype)) op = TPU_MX_T;
   char attrs[256];
   snprintf(attrs, sizeof(attrs),
            "left_side = %s, lower = %s, unit_diagonal = %s, transpose_a = #stablehlo<transpose %s>",
-           left ? "true" : "false", lower ? "true" : "false", unit ? "true" : "false",
-           trans ? "TRANSPOSE" : "NO_TRANSPOSE");
+           left ? "true" : "false", lower ? "true" : "false", unit ? "true" : "false", names[op]);
   tpu_val_t ins[2] = {a, rhs};
   return tpu_b_op1(b, "stablehlo.triangular_solve", 2, ins, attrs, &ra);
 }

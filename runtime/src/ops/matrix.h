@@ -86,8 +86,12 @@ tpu_val_t tpu_mx_column(tpu_builder_t* b, tpu_val_t S, int j);
 tpu_val_t tpu_mx_columns(tpu_builder_t* b, int c, const tpu_val_t* v);
 /* The sum of x over dim `dim` (that dim dropped). */
 tpu_val_t tpu_mx_sum(tpu_builder_t* b, tpu_val_t x, int dim);
-/* stablehlo.triangular_solve: op(a) x = rhs (left) or x op(a) = rhs (right),
- * op = transpose when `trans`; a and rhs share batch dims. Only a's `lower`
- * (or upper) triangle is read; an empty rhs is returned as it is. */
-tpu_val_t tpu_mx_trisolve(tpu_builder_t* b, tpu_val_t a, tpu_val_t rhs, bool left, bool lower, bool unit, bool trans);
+/* op(a) in a triangular solve: a, a^T or a^H (the conjugate transpose; a^T for
+ * real a). */
+typedef enum { TPU_MX_N, TPU_MX_T, TPU_MX_H, TPU_MX_OP_COUNT } tpu_mx_op_t;
+/* stablehlo.triangular_solve: op(a) x = rhs (left) or x op(a) = rhs (right);
+ * a and rhs share batch dims. Only a's `lower` (or upper) triangle is read; an
+ * empty rhs is returned as it is. */
+tpu_val_t tpu_mx_trisolve(tpu_builder_t* b, tpu_val_t a, tpu_val_t rhs, bool left, bool lower, bool unit,
+                          tpu_mx_op_t op);
 #endif

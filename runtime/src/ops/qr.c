@@ -134,7 +134,8 @@ tpu_val_t tpu_qr_apply_reflectors(tpu_builder_t* b, tpu_val_t X, tpu_val_t Y, tp
   tpu_aval_t ta = *tpu_b_aval(b, tau), xa = *tpu_b_aval(b, X);
   if (ta.dims[ta.rank - 1] == 0 || tpu_aval_numel(&xa) == 0) return X;
   tpu_val_t U = tpu_qr_wy_inverse(b, Y, tau);
-  tpu_val_t Z = tpu_mx_trisolve(b, U, tpu_mx_matmul(b, tpu_mx_mT(b, Y), X), true, false, false, forward);
+  tpu_val_t Z = tpu_mx_trisolve(b, U, tpu_mx_matmul(b, tpu_mx_mT(b, Y), X), true, false, false,
+                               forward ? TPU_MX_T : TPU_MX_N);
   return tpu_b_binary(b, "stablehlo.subtract", X, tpu_mx_matmul(b, Y, Z));
 }
 
