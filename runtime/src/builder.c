@@ -533,8 +533,8 @@ tpu_val_t tpu_b_convert(tpu_builder_t* b, tpu_val_t x, tpu_dtype_t dtype) {
   if (tpu_dtype_is_complex(a.dtype) && dtype == TPU_BOOL) {
     tpu_aval_t r = a;
     r.dtype = a.dtype == TPU_C64 ? TPU_F32 : TPU_F64;
-    tpu_val_t parts[2] = {tpu_b_op1(b, "stablehlo.real", 1, &x, NULL, &r), tpu_b_op1(b, "stablehlo.imag", 1, &x, NULL, &r)};
-    return tpu_b_binary(b, "stablehlo.or", tpu_b_convert(b, parts[0], TPU_BOOL), tpu_b_convert(b, parts[1], TPU_BOOL));
+    tpu_val_t re = tpu_b_op1(b, "stablehlo.real", 1, &x, NULL, &r), im = tpu_b_op1(b, "stablehlo.imag", 1, &x, NULL, &r);
+    return tpu_b_binary(b, "stablehlo.or", tpu_b_convert(b, re, TPU_BOOL), tpu_b_convert(b, im, TPU_BOOL));
   }
   /* Complex → real keeps the real part (PyTorch warns and discards imag). */
   if (tpu_dtype_is_complex(a.dtype) && !tpu_dtype_is_complex(dtype)) {

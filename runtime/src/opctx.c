@@ -123,10 +123,13 @@ double tpu_op_float(const tpu_op_t* op, int i, double dflt) {
 
 void tpu_op_complex(const tpu_op_t* op, int i, double dflt, double* out_re, double* out_im) {
   const tpu_arg_t* a = tpu_op_arg(op, i);
-  bool complex = a && a->kind == TPU_ARG_SCALAR && !tpu_op_is_runtime(op, i);
-  *out_im = complex ? a->u.scalar.imag : 0.0;
-  *out_re = complex ? a->u.scalar.f : tpu_op_float(op, i, dflt);
-  if (complex && !tpu_dtype_is_complex(a->u.scalar.dtype)) *out_re = tpu_scalar_to_double(&a->u.scalar);
+  *out_im = 0.0;
+  if (!a || a->kind != TPU_ARG_SCALAR || tpu_op_is_runtime(op, i)) {
+    *out_re = tpu_op_float(op, i, dflt); /* not a Scalar, absent, or a runtime value (fails the op) */
+    return;
+  }
+  *out_re = tpu_scalar_to_double(&a->u.scalar);
+  *out_im = a->u.scalar.imag;
 }
 
 bool tpu_op_bool(const tpu_op_t* op, int i, bool dflt) {

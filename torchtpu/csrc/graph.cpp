@@ -145,8 +145,7 @@ tpu_arg_t run_input(py::handle obj, int* device, const std::string& what, std::v
 
 py::list run(Graph& graph, const py::list& inputs) {
   std::vector<tpu_arg_t> args;
-  std::vector<at::Tensor> resolved;  // alive until the run has taken its inputs
-  resolved.reserve(inputs.size());   // no reallocation: args point into these tensors
+  std::vector<at::Tensor> resolved;  // keeps resolved inputs' storages alive until the run has taken them
   int device = -1;
   for (py::handle obj : inputs) args.push_back(run_input(obj, &device, "graph input", &resolved));
   if (device < 0) device = current_device();

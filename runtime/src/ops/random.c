@@ -333,16 +333,7 @@ static tpu_val_t tpu_dist_complex(tpu_builder_t* b, const tpu_dist_t* d, tpu_rng
   pairs.dtype = shape->dtype == TPU_C128 ? TPU_F64 : TPU_F32;
   pairs.dims[pairs.rank++] = 2;
   const double scaled[2] = {prm[0], prm[1] * d->complex_std_scale};
-  tpu_val_t v = d->sample(b, g, &pairs, d->complex_std_scale != 1.0 ? scaled : prm);
-  tpu_val_t parts[2];
-  int64_t start[TPU_MAX_RANK] = {0}, limit[TPU_MAX_RANK];
-  memcpy(limit, pairs.dims, sizeof(int64_t) * (size_t)pairs.rank);
-  for (int k = 0; k < 2; ++k) {
-    start[shape->rank] = k;
-    limit[shape->rank] = k + 1;
-    parts[k] = tpu_b_reshape(b, tpu_b_slice(b, v, start, limit, NULL), shape->rank, shape->dims);
-  }
-  return tpu_ops_complex(b, parts[0], parts[1]);
+  return tpu_b_bitcast(b, d->sample(b, g, &pairs, scaled), shape);
 }
 
 /* normal_, uniform_, exponential_, geometric_, log_normal_, cauchy_ and their

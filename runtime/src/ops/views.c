@@ -169,8 +169,9 @@ static tpu_status_t* tpu_lower_alias(tpu_builder_t* b, tpu_op_t* op, int max_out
   return tpu_views_one(tpu_op_tensor(b, op, 0), outs, nouts);
 }
 
-/* view_as_real(self): a complex tensor as its (re, im) pairs on a new last dim.
- * In eager mode both are metadata kernels of the binding; graphs get values. */
+/* view_as_real(self) / view_as_complex(self): a complex tensor as its (re, im)
+ * pairs on a trailing dim of 2 and back (tpu_b_bitcast). In eager mode both are
+ * metadata kernels of the binding; graphs get values. */
 static tpu_status_t* tpu_lower_view_as_real(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs,
                                             int* nouts) {
   (void)max_outs;
@@ -184,16 +185,12 @@ static tpu_status_t* tpu_lower_view_as_real(tpu_builder_t* b, tpu_op_t* op, int 
                TPU_MAX_RANK);
     return NULL;
   }
-  tpu_val_t x = tpu_op_tensor(b, op, 0);
-  int64_t dims[TPU_MAX_RANK];
-  memcpy(dims, in.dims, sizeof(int64_t) * (size_t)in.rank);
-  dims[in.rank] = 1;
-  tpu_val_t parts[2] = {tpu_b_reshape(b, tpu_ops_part(b, x, false), in.rank + 1, dims),
-                        tpu_b_reshape(b, tpu_ops_part(b, x, true), in.rank + 1, dims)};
-  return tpu_views_one(tpu_b_concat(b, 2, parts, in.rank), outs, nouts);
+  tpu_aval_t out = in;
+  out.dtype = in.dtype == TPU_C128 ? TPU_F64 : TPU_F32;
+  out.dims[out.rank++] = 2;
+  return tpu_views_one(tpu_b_bitcast(b, tpu_op_tensor(b, op, 0), &out), outs, nouts);
 }
 
-/* view_as_complex(self): float pairs on the last dim (of size 2) as complex numbers. */
 static tpu_status_t* tpu_lower_view_as_complex(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs,
                                                int* nouts) {
   (void)max_outs;
@@ -208,16 +205,8 @@ static tpu_status_t* tpu_lower_view_as_complex(tpu_builder_t* b, tpu_op_t* op, i
     TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "Tensor must have a last dimension of size 2");
     return NULL;
   }
-  tpu_val_t x = tpu_op_tensor(b, op, 0), parts[2];
-  int64_t start[TPU_MAX_RANK] = {0}, limit[TPU_MAX_RANK];
-  memcpy(limit, in.dims, sizeof(int64_t) * (size_t)in.rank);
-  for (int k = 0; k < 2; ++k) {
-    start[in.rank - 1] = k;
-    limit[in.rank - 1] = k + 1;
-    parts[k] = tpu_b_reshape(b, tpu_b_slice(b, x, start, limit, NULL), in.rank - 1, in.dims);
-  }
   tpu_aval_t out = tpu_aval_make(in.dtype == TPU_F64 ? TPU_C128 : TPU_C64, in.rank - 1, in.dims);
-  return tpu_views_one(tpu_b_op1(b, "stablehlo.complex", 2, parts, NULL, &out), outs, nouts);
+  return tpu_views_one(tpu_b_bitcast(b, tpu_op_tensor(b, op, 0), &out), outs, nouts);
 }
 
 /* ====================================================== permutes and expand */
