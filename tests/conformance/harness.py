@@ -85,10 +85,12 @@ DTYPES = {
     "int64": torch.int64,
     "int32": torch.int32,
     "bool": torch.bool,
+    "complex64": torch.complex64,
 }
-# The report columns: (dtype name, mode).  Backward is float32 only.
+# The report columns: (dtype name, mode).  Backward is float32 and complex64.
+# complex64 is opt-in (run_opinfo.py --dtypes complex64): not in the default set.
 COLUMNS = [("float32", "fwd"), ("bfloat16", "fwd"), ("float16", "fwd"), ("int64", "fwd"), ("int32", "fwd"),
-           ("bool", "fwd"), ("float32", "bwd")]
+           ("bool", "fwd"), ("float32", "bwd"), ("complex64", "fwd"), ("complex64", "bwd")]
 # Float types judged against float64 when tpu and CPU disagree (_closer_to_float64):
 # CPU's own rounding is not the truth (float32 polygamma near a pole, matrix_exp of a
 # large matrix: tpu lands nearer float64 than CPU does).
@@ -394,14 +396,15 @@ def _flat_tensors(x):
     return [t for t in tree_flatten(x)[0] if isinstance(t, torch.Tensor)]
 
 
-def _diff_outputs(out):
+def _diff_outputs(out, complex_too=False):
+    """Differentiable outputs: floating ones (and complex ones in a complex column)."""
     return [t for t in _flat_tensors(out) if t.requires_grad and t.grad_fn is not None
-            and t.is_floating_point()]
+            and (t.is_floating_point() or (complex_too and t.is_complex()))]
 
 
-def _grad_inputs(inp, args, kwargs):
+def _grad_inputs(inp, args, kwargs, dtype=torch.float32):
     return [t for t in _flat_tensors((inp, args, kwargs))
-            if t.requires_grad and t.dtype == torch.float32]
+            if t.requires_grad and t.dtype == dtype]
 
 
 # Ops returning (values, indices) whose indices are implementation-defined when values
@@ -589,17 +592,18 @@ def _run_fwd_sample(op, sample, values, scale, dtype, res):
         raise
 
 
-def _run_bwd_sample(op, sample, values, scale, gen):
+def _run_bwd_sample(op, sample, values, scale, gen, dtype=torch.float32):
     tpu_inp, tpu_args, tpu_kwargs = sample_to_tpu(sample, op)
-    cpu_leaves = _grad_inputs(sample.input, sample.args, sample.kwargs)
-    tpu_leaves = _grad_inputs(tpu_inp, tpu_args, tpu_kwargs)
+    cpu_leaves = _grad_inputs(sample.input, sample.args, sample.kwargs, dtype)
+    tpu_leaves = _grad_inputs(tpu_inp, tpu_args, tpu_kwargs, dtype)
+    complex_too = dtype.is_complex
     if not cpu_leaves:
-        raise _NothingToCompare("no float32 input requires grad")
+        raise _NothingToCompare(f"no {dtype} input requires grad")
     if len(cpu_leaves) != len(tpu_leaves):
         raise Mismatch(f"{len(tpu_leaves)} tpu grad inputs vs {len(cpu_leaves)} on CPU")
     try:
         out_c = sample.output_process_fn_grad(op(sample.input, *sample.args, **sample.kwargs))
-        outs_c = _diff_outputs(out_c)
+        outs_c = _diff_outputs(out_c, complex_too)
         if not outs_c:
             raise _NothingToCompare("no differentiable float output")
         cots = [torch.randn(o.shape, generator=gen, dtype=o.dtype) for o in outs_c]
@@ -609,7 +613,7 @@ def _run_bwd_sample(op, sample, values, scale, gen):
     except Exception as e:  # noqa: BLE001
         raise _CpuFailed(e) from None
     out_t = sample.output_process_fn_grad(op(tpu_inp, *tpu_args, **tpu_kwargs))
-    outs_t = _diff_outputs(out_t)
+    outs_t = _diff_outputs(out_t, complex_too)
     if len(outs_t) != len(outs_c):
         raise Mismatch(f"{len(outs_t)} differentiable outputs on tpu vs {len(outs_c)} on CPU")
     grads_t = torch.autograd.grad(outs_t, tpu_leaves, [c.to("tpu") for c in cots],
@@ -693,7 +697,7 @@ def run_cell(op, dtype_name: str, mode: str, *, max_samples=DEFAULT_MAX_SAMPLES,
                     if mode == "fwd":
                         _run_fwd_sample(op, sample, sv, scale, dtype, res)
                     else:
-                        if _run_bwd_sample(op, sample, sv, scale, gen) == "float64_arbiter":
+                        if _run_bwd_sample(op, sample, sv, scale, gen, dtype) == "float64_arbiter":
                             res["samples_float64_arbiter"] = res.get("samples_float64_arbiter", 0) + 1
                 except _CpuFailed as e:
                     res["samples_cpu_failed"] += 1

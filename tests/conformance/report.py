@@ -17,9 +17,12 @@ COLUMN_TITLES = {
     "int32/fwd": "forward int32",
     "bool/fwd": "forward bool",
     "float32/bwd": "backward float32",
+    "complex64/fwd": "forward complex64",
+    "complex64/bwd": "backward complex64",
 }
 SHORT = {"float32/fwd": "f32", "bfloat16/fwd": "bf16", "float16/fwd": "f16", "int64/fwd": "i64",
-         "int32/fwd": "i32", "bool/fwd": "bool", "float32/bwd": "f32 bwd"}
+         "int32/fwd": "i32", "bool/fwd": "bool", "float32/bwd": "f32 bwd", "complex64/fwd": "c64",
+         "complex64/bwd": "c64 bwd"}
 STATUS_MARK = {"pass": "pass", "fail": "**FAIL**", "unsupported": "unsup",
                "skipped": "skip", "timeout": "**TIMEOUT**", "crash": "**CRASH**"}
 # Statuses that count as "runs on CPU" (the pass-rate denominator): all but skipped.

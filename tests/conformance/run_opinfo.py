@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """torchtpu OpInfo conformance: PyTorch's op_db on "tpu" vs CPU -> REPORT/conformance.{md,json}.
 
-    run_opinfo.py [--all] [--ops name,name] [--dtypes float32,bfloat16,float16,int64,int32,bool]
+    run_opinfo.py [--all] [--ops name,name] [--dtypes float32,bfloat16,float16,int64,int32,bool,complex64]
                   [--modes fwd,bwd] [--report DIR] [--jobs N] [--max-samples K]
                   [--timeout S] [--chunk C]
 
@@ -55,8 +55,9 @@ def _parse(argv):
                    help="seconds per OpInfo x dtype x mode")
     p.add_argument("--chunk", type=int, default=0,
                    help="OpInfos per worker chunk (default: about 4 chunks per job, >= 10)")
-    p.add_argument("--eager", default="debug", choices=["debug", "strict"],
-                   help="torchtpu eager mode (debug: errors surface on the op's own line)")
+    p.add_argument("--eager", default="debug", choices=["debug", "strict", "fused"],
+                   help="torchtpu eager mode (debug: errors surface on the op's own line; fused: each "
+                        "sample's ops run as one fused program)")
     p.add_argument("-q", "--quiet", action="store_true")
     a = p.parse_args(argv)
     if not a.all and not a.ops:
