@@ -224,6 +224,8 @@ def test_device_capability_and_properties():
         torch.zeros(2, dtype=dt, device="tpu")  # what is claimed really allocates
     for dt in (torch.quint8, torch.float8_e4m3fn, torch.complex32):
         assert dt not in cap["supported_dtypes"]
+    with pytest.raises(NotImplementedError, match="ComplexHalf is not supported on the tpu device"):
+        torch.zeros(2, dtype=torch.complex32).to("tpu")  # unsupported, as PyTorch says it
     assert cap["platform"] == torchtpu._C.platform_name()
     props = torch.tpu.get_device_properties()
     assert props.total_memory == torch.tpu.mem_get_info()[1] > 0

@@ -63,7 +63,7 @@ inline bool to_tpu_dtype(c10::ScalarType t, tpu_dtype_t* out) {
 
 inline tpu_dtype_t tpu_dtype_of(c10::ScalarType t) {
   tpu_dtype_t d;
-  TORCH_CHECK(to_tpu_dtype(t, &d), "tpu: dtype ", t, " is not supported on the tpu device");
+  TORCH_CHECK_NOT_IMPLEMENTED(to_tpu_dtype(t, &d), "tpu: dtype ", t, " is not supported on the tpu device");
   return d;
 }
 
