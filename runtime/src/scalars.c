@@ -19,7 +19,8 @@ static tpu_scalar_slot_t tpu_scalar_slots[TPU_SCALAR_SLOTS];
 
 static size_t tpu_scalar_slot_index(int device, tpu_dtype_t dtype, const uint8_t* bytes) {
   uint64_t h = 1469598103934665603ULL ^ (uint64_t)(device * 31 + (int)dtype);
-  for (int i = 0; i < 16; ++i) h = (h ^ bytes[i]) * 1099511628211ULL;
+  const size_t n = tpu_dtype_size(dtype); /* the rest is zero: hashing it would only cost (per op) */
+  for (size_t i = 0; i < n; ++i) h = (h ^ bytes[i]) * 1099511628211ULL;
   return (size_t)(h % TPU_SCALAR_SLOTS);
 }
 

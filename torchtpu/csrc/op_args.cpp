@@ -71,12 +71,8 @@ tpu_scalar_t scalar_from_cpu_tensor(const at::Tensor& t) {
       v.imag = z.imag();
       break;
     }
-    default:
-      if (t.is_complex()) {  // ComplexHalf
-        const c10::complex<double> z = t.item<c10::complex<double>>();
-        v.f = z.real();
-        v.imag = z.imag();
-      } else if (t.is_floating_point()) {
+    default:  // ComplexHalf never gets here: tpu_dtype_of refused it above
+      if (t.is_floating_point()) {
         v.f = t.item<double>();
       } else {
         v.i = t.item<int64_t>();
