@@ -139,6 +139,38 @@ def test_whole_train_step_compiled_with_lr_schedule():
     assert compiles[-1] == compiles[0], compiles
 
 
+@pytest.mark.parametrize("opt_cls", [torch.optim.AdamW, torch.optim.Adam])
+def test_compiled_optimizer_step_counts_stay_on_the_host(opt_cls):
+    """The step counts of a non-capturable Adam are 0-dim cpu tensors: their update
+    and the bias corrections computed from them run on the host (as in eager), so a
+    compiled step reads nothing back from the device (it made one blocking
+    device-to-host copy per parameter per step)."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4))
+    x, y = torch.randn(6, 8), torch.randn(6, 4)
+    results = {}
+    for dev in ("cpu", "tpu"):
+        mm = copy.deepcopy(m).to(dev)
+        opt = opt_cls(mm.parameters(), lr=1e-2)
+        step = torch.compile(opt.step, backend="tpu") if dev == "tpu" else opt.step
+        moved = []
+        for _ in range(4):
+            F.mse_loss(mm(x.to(dev)), y.to(dev)).backward()
+            torch.tpu.synchronize()
+            before = torchtpu.metrics()
+            _no_fallbacks(step) if dev == "tpu" else step()
+            after = torchtpu.metrics()
+            moved.append({k: after[k] - before[k] for k in ("d2h_transfers", "syncs")})
+            opt.zero_grad(set_to_none=True)
+        results[dev] = (mm, opt, moved)
+    (ref, ref_opt, _), (got, got_opt, moved) = results["cpu"], results["tpu"]
+    assert moved[1:] == [{"d2h_transfers": 0, "syncs": 0}] * 3, moved
+    for p, q in zip(got.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-5, atol=1e-6)
+        s, r = got_opt.state[p]["step"], ref_opt.state[q]["step"]
+        assert s.device.type == "cpu" and s.dtype == r.dtype and s.item() == r.item() == 4
+
+
 def test_batchnorm_running_stats_and_dropout_modes():
     torch.manual_seed(0)
     m = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 2))

@@ -37,6 +37,7 @@ import torch
 import torch.fx
 
 from . import _C
+from ._host_ops import HostOps
 
 __all__ = ["backend", "stats"]
 
@@ -174,8 +175,18 @@ class _Program:
         for node in gm.graph.nodes:  # constants are inputs too, added before any op
             if node.op == "get_attr":
                 self.env[node] = self._constant(gm, node)
+        # cpu ops on cpu scalars (step counts) run on the host; the values the
+        # program reads come after the constants (_host_ops.py)
+        self.host = HostOps(gm, placeholders, example_inputs)
+        self.host_writes = []  # (input index, host node): copied into the cpu input after the run
+        for node in self.host.feeds:
+            self.env[node] = _C.GraphValue(self.graph.add_input(False), node.meta["val"].dtype)
         for node in gm.graph.nodes:
-            if node.op == "call_function":
+            if node.op == "call_function" and node in self.host.nodes:
+                continue
+            if node.op == "call_function" and self.host.is_host_write(node):
+                self.host_writes.append((self.input_index[node.args[0]], node.args[1]))
+            elif node.op == "call_function":
                 self.env[node] = self._call(node)
             elif node.op == "output":
                 self._outputs(node.args[0])
@@ -207,6 +218,8 @@ class _Program:
 
     def _arg(self, a):
         if isinstance(a, torch.fx.Node):
+            if a not in self.env:  # a host value no op of the program reads (a list)
+                raise Unsupported(f"{a.name}, computed on the host, used as one value")
             v = self.env[a]
             if not isinstance(v, (_C.GraphValue, int, float, bool)):
                 raise Unsupported(f"{a.name} used as one value")
@@ -377,6 +390,8 @@ class _Program:
         for o in outs:
             if isinstance(o, torch.fx.Node) and o in self.input_index:
                 self.out_spec.append(("input", self.input_index[o]))
+            elif isinstance(o, torch.fx.Node) and o in self.host.nodes:
+                self.out_spec.append(("host", o))
             elif isinstance(o, torch.fx.Node) and isinstance(self.env[o], int):
                 self.out_spec.append(("const", self.env[o]))  # a size, fixed in this program
             elif isinstance(o, torch.fx.Node):
@@ -422,12 +437,18 @@ class _Program:
         return _C.GraphValue(self.graph.apply("aten::permute", "", [v, perm], 1)), inverse
 
     def __call__(self, args):
-        results = self.graph.run(list(args[: self.n_inputs]) + self.constants)
+        host = self.host.run(args) if self.host.ops else {}
+        feeds = [host[node] for node in self.host.feeds]
+        results = self.graph.run(list(args[: self.n_inputs]) + self.constants + feeds)
         for k, i in self.copy_back:
             args[i].copy_(results[k])
+        for i, node in self.host_writes:
+            args[i].copy_(host[node])
         out = []
         for kind, x in self.out_spec:
-            if kind == "run":
+            if kind == "host":
+                out.append(host[x])
+            elif kind == "run":
                 out.append(results[x])
             elif kind == "permuted":
                 out.append(results[x[0]].permute(x[1]))
