@@ -127,6 +127,22 @@ def test_cold_then_warm_process(warm):
     assert entries(cache) == files
 
 
+def test_plugin_flags_from_the_environment_are_part_of_the_key(warm):
+    """XLA_FLAGS changes what the plugin compiles without changing our options: a
+    process with other flags compiles its own entries instead of loading programs
+    compiled under different flags, and the original entries still serve a process
+    without them."""
+    cache, cold, files = warm
+    flagged = run(cache, XLA_FLAGS="--xla_cpu_enable_fast_math=false")
+    d = disk(flagged)
+    assert flagged["ok"]
+    assert d["disk_cache_hits"] == 0 and d["compiles"] == disk(cold)["compiles"] > 0
+    assert len(entries(cache)) == 2 * len(files)
+    plain = run(cache)
+    assert plain["ok"] and disk(plain)["compiles"] == 0
+    assert disk(plain)["disk_cache_hits"] == disk(cold)["disk_cache_misses"]
+
+
 def _damage(files, how):
     if how == "swap":  # each entry holds another key's (intact) entry: foreign
         datas = [open(f, "rb").read() for f in files]

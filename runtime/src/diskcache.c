@@ -139,6 +139,12 @@ static void hash_prefix(tpu_sha256_t* h, const PJRT_Api* api) {
   hash_field(h, shlo, sizeof shlo);
   hash_str(h, tpu_runtime_device_kind(0)); /* a GPU model decides the generated code */
   hash_plugin_file(h, api);
+  /* The flags XLA plugins read from the environment change the code they compile
+   * (XLA_FLAGS for every XLA plugin, LIBTPU_INIT_ARGS for libtpu) without changing
+   * our options: an entry compiled under other flags is another program. The
+   * plugins read them once, when the client is made, as this prefix is. */
+  static const char* const kFlagVars[] = {"XLA_FLAGS", "LIBTPU_INIT_ARGS"};
+  for (size_t i = 0; i < sizeof kFlagVars / sizeof kFlagVars[0]; i++) hash_str(h, getenv(kFlagVars[i]));
 }
 
 /* The prefix is computed once per plugin: it costs a dladdr and a stat. */
