@@ -177,7 +177,9 @@ def test_compiled_optimizer_step_counts_stay_on_the_host(name):
             opt.zero_grad(set_to_none=True)
         results[dev] = (mm, opt, moved)
     (ref, ref_opt, _), (got, got_opt, moved) = results["cpu"], results["tpu"]
-    assert moved[1:] == [{"d2h_transfers": 0, "syncs": 0}] * 3, moved
+    # debug mode waits after every execution by design: only the reads must be gone there
+    waits = 1 if torchtpu.get_eager_mode() == "debug" else 0
+    assert moved[1:] == [{"d2h_transfers": 0, "syncs": waits}] * 3, moved
     for p, q in zip(got.parameters(), ref.parameters()):
         # float32 after 4 steps; RAdam's rectified steps amplify rounding most (1.5e-6)
         torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-5, atol=1e-5)
