@@ -383,3 +383,27 @@ def test_hugging_face_generate_static_cache_compiled_forward():
     out = _no_fallbacks(m.generate, ids.to("tpu"), **kw)
     assert torch.equal(out.cpu(), ref)
     assert _delta(m0)["graph_compiles"] == first
+
+
+def test_default_backend_compiles_tpu_graphs_with_the_tpu_backend():
+    """torch.compile(model) with no backend: Inductor would generate Pallas kernels for
+    a "tpu" device and fail for want of JAX; graphs on tpu tensors are compiled by the
+    tpu backend instead (forward and backward as programs, equal to CPU eager), and
+    graphs on cpu tensors still go to Inductor."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(4, 8), nn.GELU(), nn.Linear(8, 3))
+    mt = torch.compile(copy.deepcopy(m).to("tpu"))  # torch.compile's defaults
+    x = torch.randn(5, 4)
+    m0, graphs = _metrics(), tc.stats()["graphs"]
+    y = _no_fallbacks(mt, x.to("tpu"))
+    y.square().sum().backward()
+    ref = m(x)
+    ref.square().sum().backward()
+    torch.testing.assert_close(y.cpu(), ref, rtol=1e-5, atol=1e-5)
+    for (n, p), q in zip(mt.named_parameters(), m.parameters()):
+        torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-5, atol=1e-5, msg=n)
+    assert _delta(m0) == {"graph_compiles": 2, "graph_runs": 2}
+    assert tc.stats()["graphs"] == graphs + 2
+    out = torch.compile(lambda a: torch.sin(a) * 2)(torch.ones(3))  # cpu: Inductor's
+    torch.testing.assert_close(out, torch.sin(torch.ones(3)) * 2)
+    assert tc.stats()["graphs"] == graphs + 2

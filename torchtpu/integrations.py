@@ -14,7 +14,8 @@ Installed by ``import torchtpu`` (docs/integrations.md says what works):
   device manager's device, and its process group "cpu:gloo,tpu:tpu" instead of
   "gloo"), so ``TorchTrainer`` with ``prepare_model`` runs DDP on tpu.
 * torch.compile: the ``"tpu"`` Dynamo backend (torchtpu/compile.py), registered
-  when Dynamo's backend registry is imported.
+  when Dynamo's backend registry is imported; ``torch.compile(model)`` with the default
+  backend compiles graphs on tpu tensors with it too (Inductor would need JAX).
 
 Python glue only: no numerics here.
 """
@@ -112,6 +113,24 @@ def _register_dynamo_backend(module) -> None:
     module.register_backend(compiler_fn=tpu, name="tpu")
 
 
+def _route_inductor_on_tpu(module) -> None:
+    """``torch.compile(model)`` with no backend: PyTorch's default, Inductor, generates
+    Pallas kernels for a device named "tpu", which need JAX at run time (it fails with
+    "No module named 'jax'"). A graph with tpu tensors among its inputs is compiled by
+    the ``"tpu"`` backend instead, so a script that compiled its model on cuda keeps
+    working when its device string becomes "tpu". Graphs on other devices still go
+    to Inductor."""
+    def wrap(original):
+        def compile_fx(model_, example_inputs_, *args, **kwargs):
+            if any(isinstance(x, torch.Tensor) and x.device.type == "tpu" for x in example_inputs_):
+                from .compile import backend
+                return backend(model_, example_inputs_)
+            return original(model_, example_inputs_, *args, **kwargs)
+        return compile_fx
+
+    _replace_once(module, "compile_fx", wrap)
+
+
 # ---- Ray Train ----
 
 
@@ -150,6 +169,7 @@ def _patch_ray_torch_config(module) -> None:
 
 _PATCHES = {"accelerate.state": _patch_accelerate_state,
             "torch._dynamo.backends.registry": _register_dynamo_backend,
+            "torch._inductor.compile_fx": _route_inductor_on_tpu,
             "ray.air._internal.device_manager.cpu": _patch_ray_cpu_device_manager,
             "ray.train.torch.config": _patch_ray_torch_config}
 
