@@ -44,3 +44,15 @@ def test_process_survives_errors():
         with pytest.raises(RuntimeError, match="must match the size of tensor b"):
             torch.ones(2, 3, device="tpu") + torch.ones(4, device="tpu")
     assert (torch.ones(2, device="tpu") + 1).sum().item() == 4.0
+
+
+def test_out_of_memory_raises_and_the_device_keeps_working():
+    """A 4 TiB tensor does not fit: torch.OutOfMemoryError (also torch.tpu's, as
+    torch.cuda.OutOfMemoryError), naming the op; later work is unaffected."""
+    with pytest.raises(torch.tpu.OutOfMemoryError, match=r"out of tpu memory"):
+        big = torch.ones(2 ** 40, device="tpu")  # held: fused mode skips dead work
+        torch.tpu.synchronize()
+        del big
+    assert torch.tpu.OutOfMemoryError is torch.OutOfMemoryError
+    x = torch.arange(6.0, device="tpu")
+    torch.testing.assert_close((x * 2).cpu(), torch.arange(6.0) * 2)

@@ -15,6 +15,7 @@ import torch
 from . import _C
 
 __all__ = [
+    "OutOfMemoryError",
     "current_device",
     "device",
     "device_count",
@@ -41,6 +42,11 @@ __all__ = [
     "set_rng_state_all",
     "synchronize",
 ]
+
+
+# What an allocation that does not fit raises, as ``torch.cuda.OutOfMemoryError`` is
+# torch's one out-of-memory error: ``except torch.tpu.OutOfMemoryError`` works.
+OutOfMemoryError = torch.OutOfMemoryError
 
 
 def is_available() -> bool:
