@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common.h"
+#include "layout.h"
 #include "op_io.h"
 
 namespace torchtpu {
@@ -96,6 +97,11 @@ struct OpInfo {
   bool list_return = false;             // some return is a Tensor[]
   bool wants_out_dtype = false;
   bool supported = false;
+  // An elementwise op (aten's pointwise tag, not random) returning one new tensor
+  // (no argument written), or writing one out= argument that it returns: a new
+  // result, or an empty out=, takes the operands' layout (layout.h).
+  bool pointwise = false;
+  int pointwise_out = -1;  // the out= argument of such an op
 };
 
 std::vector<int> return_aliases(const c10::FunctionSchema& schema, std::vector<bool>* arg_returned);
@@ -119,7 +125,8 @@ bool mutated_unmarked(const std::string& schema_name, size_t i) {
   return false;
 }
 
-std::unique_ptr<OpInfo> make_op_info(const c10::FunctionSchema& schema) {
+std::unique_ptr<OpInfo> make_op_info(const c10::OperatorHandle& op) {
+  const c10::FunctionSchema& schema = op.schema();
   auto info = std::make_unique<OpInfo>();
   info->schema_name = schema.name();
   info->overload = schema.overload_name();
@@ -141,18 +148,33 @@ std::unique_ptr<OpInfo> make_op_info(const c10::FunctionSchema& schema) {
   info->ret_alias = return_aliases(schema, &info->arg_returned);
   info->wants_out_dtype = tpu_op_wants_out_dtype(info->name.c_str());
   info->supported = tpu_op_supported(info->name.c_str());
+  int writes = 0, out = -1;
+  for (size_t i = 0; i < info->args.size(); ++i)
+    if (info->args[i].write) {
+      ++writes;
+      if (info->args[i].out && is_tensor_type(info->args[i].type)) out = static_cast<int>(i);
+    }
+  const bool one_tensor = info->ret_types.size() == 1 && is_tensor_type(info->ret_types[0]);
+  if (op.hasTag(at::Tag::pointwise) && !op.hasTag(at::Tag::nondeterministic_seeded) && one_tensor) {
+    info->pointwise = writes == 0 && info->ret_alias[0] < 0;
+    if (writes == 1 && out >= 0 && info->ret_alias[0] == out) {
+      info->pointwise = true;
+      info->pointwise_out = out;
+    }
+  }
   return info;
 }
 
 // Per thread, so the hot path takes no lock. A schema's address is stable while
 // its operator is registered; the name check catches an address reused by a
 // later registration.
-const OpInfo& op_info(const c10::FunctionSchema& schema) {
+const OpInfo& op_info(const c10::OperatorHandle& op) {
   thread_local std::unordered_map<const c10::FunctionSchema*, std::unique_ptr<OpInfo>> cache;
+  const c10::FunctionSchema& schema = op.schema();
   auto& slot = cache[&schema];
   if (!slot || slot->schema_name != schema.name() || slot->overload != schema.overload_name() ||
       slot->args.size() != schema.arguments().size())
-    slot = make_op_info(schema);
+    slot = make_op_info(op);
   return *slot;
 }
 
@@ -366,10 +388,53 @@ void push_results(const Call& c, Results& rs) {
   for (auto& o : outs) torch::jit::push(*c.stack, std::move(o));
 }
 
+void tpu_fallback_as_laid_out(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+// A pointwise op on operands laid out otherwise than contiguously (a transposed or
+// channels_last tensor) runs on them in their layout's order, and its result is
+// permuted back: it keeps their layout, as on CPU and CUDA (layout.cpp). False:
+// the logical order is the layout's (the common case), nothing was run.
+// An empty out= (what aten's composite unary ops pass: abs, neg, ...) is resized by
+// the run to the result in that order, then given the logical shape's strides.
+bool run_in_layout_order(const c10::OperatorHandle& op, torch::jit::Stack* stack, const Call& c) {
+  const int out = c.info.pointwise_out;
+  if (out >= 0 && c.arg(static_cast<size_t>(out)).toTensor().numel() != 0) return false;  // keeps its own layout
+  bool laid_out = false;  // some operand is not contiguous: the common case stops here, allocating nothing
+  for (size_t i = 0; i < c.nargs() && !laid_out; ++i)
+    laid_out = c.arg(i).isTensor() && static_cast<int>(i) != out && !c.arg(i).toTensor().is_contiguous();
+  if (!laid_out) return false;
+  std::vector<at::Tensor> operands;
+  for (size_t i = 0; i < c.nargs(); ++i)
+    if (c.arg(i).isTensor() && static_cast<int>(i) != out) operands.push_back(c.arg(i).toTensor());
+  const std::vector<int64_t> order = pointwise_order(operands);
+  if (order.empty()) return false;
+  for (size_t i = 0; i < c.nargs(); ++i) {
+    c10::IValue& v = (*stack)[c.base + i];
+    if (v.isTensor() && static_cast<int>(i) != out) v = in_order(v.toTensor(), order);
+  }
+  tpu_fallback_as_laid_out(op, stack);
+  at::Tensor r = back_from_order(stack->back().toTensor(), order);
+  if (out < 0) {
+    stack->back() = r;
+  } else {
+    stack->back().toTensor().as_strided_(r.sizes(), r.strides(), r.storage_offset());
+  }
+  return true;
+}
+
 void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = op.schema();
   TORCH_INTERNAL_ASSERT(stack->size() >= schema.arguments().size());
-  const OpInfo& info = op_info(schema);
+  const OpInfo& info = op_info(op);
+  Call c{info, schema, stack, stack->size() - schema.arguments().size(), info.full, info.name};
+  if (info.pointwise && run_in_layout_order(op, stack, c)) return;
+  tpu_fallback_as_laid_out(op, stack);
+}
+
+// The fallback with the operands as they are.
+void tpu_fallback_as_laid_out(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const c10::FunctionSchema& schema = op.schema();
+  const OpInfo& info = op_info(op);
   Call c{info, schema, stack, stack->size() - schema.arguments().size(), info.full, info.name};
   const std::string& overload = info.overload;
   if (cpu_fallback_enabled() && !info.supported) {

@@ -10,7 +10,8 @@
 // same operands, same result handling in op_results.cpp).
 //
 // Anything else goes to the boxed fallback, so its checks and messages stay in
-// one place: a CPU tensor that is not a 0-dim scalar, operands on two tpus, a
+// one place: a non-contiguous operand of a functional op (its result's layout), a
+// CPU tensor that is not a 0-dim scalar, operands on two tpus, a
 // CPU `self`, and a lowering that answers UNIMPLEMENTED (a dtype it lacks;
 // TORCHTPU_CPU_FALLBACK applies there).
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -64,6 +65,9 @@ at::Tensor boxed(int op, const at::Tensor& self, const at::Tensor& other, const 
 // Runs op `op`, or returns nothing when the boxed path must run it instead.
 std::optional<at::Tensor> run(int op, const at::Tensor& self, const at::Tensor& other, const c10::Scalar* alpha) {
   const HotOp& h = kHot[op];
+  // A result that must keep a non-contiguous operand's layout: the boxed path lays it out (layout.h).
+  if (!h.in_place && ((self.dim() > 0 && !self.is_contiguous()) || (other.dim() > 0 && !other.is_contiguous())))
+    return std::nullopt;
   const std::string& full = full_name(op);
   tpu_arg_t args[3];
   int device = -1;
