@@ -24,10 +24,10 @@ import torch
 import torch.fx
 
 
-def _cpu_scalars(val) -> bool:
+def cpu_scalars(val) -> bool:
     """val is a 0-dim cpu tensor, or a non-empty list of them."""
     if isinstance(val, (list, tuple)):
-        return len(val) > 0 and all(_cpu_scalars(v) for v in val)
+        return len(val) > 0 and all(cpu_scalars(v) for v in val)
     return isinstance(val, torch.Tensor) and val.device.type == "cpu" and val.dim() == 0
 
 
@@ -42,7 +42,7 @@ class HostOps:
         self.inputs = {}  # placeholder → input index
         self.ops = []     # host call_function nodes, in graph order
         for i, (node, ex) in enumerate(zip(placeholders, example_inputs)):
-            if _cpu_scalars(ex):
+            if cpu_scalars(ex):
                 self.inputs[node] = i
         nodes = set(self.inputs)
         for node in gm.graph.nodes:
@@ -59,12 +59,12 @@ class HostOps:
         if not all(a in nodes for a in node.all_input_nodes):
             return False
         if t is operator.getitem:
-            return bool(node.all_input_nodes) and _cpu_scalars(node.meta.get("val"))
+            return bool(node.all_input_nodes) and cpu_scalars(node.meta.get("val"))
         if not isinstance(t, torch._ops.OpOverload) or t._schema.is_mutable:
             return False
         if torch.Tag.nondeterministic_seeded in t.tags:
             return False  # random draws keep the device generator's order
-        return _cpu_scalars(node.meta.get("val"))
+        return cpu_scalars(node.meta.get("val"))
 
     def is_host_write(self, node) -> bool:
         """copy_(cpu scalar input, host value): done on the host after the run."""

@@ -37,7 +37,7 @@ import torch
 import torch.fx
 
 from . import _C
-from ._host_ops import HostOps
+from ._host_ops import HostOps, cpu_scalars
 
 __all__ = ["backend", "stats"]
 
@@ -194,7 +194,7 @@ class _Program:
                 raise Unsupported(f"FX node kind {node.op!r} ({node.name})")
 
     def _input(self, node, ex):
-        if isinstance(ex, torch.Tensor) and not (ex.device.type == "cpu" and ex.dim() == 0):
+        if isinstance(ex, torch.Tensor) and not cpu_scalars(ex):
             if ex.device.type != "tpu":
                 raise Unsupported(f"input {node.name} is on {ex.device}, not tpu")
             return _C.GraphValue(self.graph.add_input(True))

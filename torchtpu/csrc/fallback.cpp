@@ -388,7 +388,7 @@ void push_results(const Call& c, Results& rs) {
   for (auto& o : outs) torch::jit::push(*c.stack, std::move(o));
 }
 
-void tpu_fallback_as_laid_out(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+void tpu_fallback_as_laid_out(const c10::OperatorHandle& op, const Call& c);
 
 // A pointwise op on operands laid out otherwise than contiguously (a transposed or
 // channels_last tensor) runs on them in their layout's order, and its result is
@@ -412,7 +412,7 @@ bool run_in_layout_order(const c10::OperatorHandle& op, torch::jit::Stack* stack
     c10::IValue& v = (*stack)[c.base + i];
     if (v.isTensor() && static_cast<int>(i) != out) v = in_order(v.toTensor(), order);
   }
-  tpu_fallback_as_laid_out(op, stack);
+  tpu_fallback_as_laid_out(op, c);  // c sees the permuted operands: the stack is the same
   at::Tensor r = back_from_order(stack->back().toTensor(), order);
   if (out < 0) {
     stack->back() = r;
@@ -428,14 +428,14 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const OpInfo& info = op_info(op);
   Call c{info, schema, stack, stack->size() - schema.arguments().size(), info.full, info.name};
   if (info.pointwise && run_in_layout_order(op, stack, c)) return;
-  tpu_fallback_as_laid_out(op, stack);
+  tpu_fallback_as_laid_out(op, c);
 }
 
 // The fallback with the operands as they are.
-void tpu_fallback_as_laid_out(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  const c10::FunctionSchema& schema = op.schema();
-  const OpInfo& info = op_info(op);
-  Call c{info, schema, stack, stack->size() - schema.arguments().size(), info.full, info.name};
+void tpu_fallback_as_laid_out(const c10::OperatorHandle& op, const Call& c) {
+  const OpInfo& info = c.info;
+  const c10::FunctionSchema& schema = c.schema;
+  torch::jit::Stack* stack = c.stack;
   const std::string& overload = info.overload;
   if (cpu_fallback_enabled() && !info.supported) {
     run_cpu_fallback(op, stack, c.full);

@@ -10,7 +10,6 @@
 #include "layout.h"
 
 #include <algorithm>
-#include <numeric>
 
 namespace torchtpu {
 namespace {
@@ -58,16 +57,16 @@ std::vector<int64_t> innermost_first(const std::vector<std::vector<int64_t>>& st
 
 }  // namespace
 
+// The caller has seen a non-contiguous operand (its scan is the common case's only
+// cost); contiguous operands would come out in the logical order here too.
 std::vector<int64_t> pointwise_order(const std::vector<at::Tensor>& operands) {
-  bool all_contiguous = true;
   int64_t rank = 0;
   for (const at::Tensor& t : operands) {
     if (t.dim() == 0) continue;  // scalars take no part in the layout
     if (t.device().type() != kTpu) return {};  // the op's own path reports it
-    all_contiguous = all_contiguous && t.is_contiguous();
     rank = std::max<int64_t>(rank, t.dim());
   }
-  if (all_contiguous || rank < 2) return {};
+  if (rank < 2) return {};
   std::vector<int64_t> shape(static_cast<size_t>(rank), 1);  // the broadcast shape
   for (const at::Tensor& t : operands) {
     const int64_t offset = rank - t.dim();
@@ -89,7 +88,7 @@ std::vector<int64_t> pointwise_order(const std::vector<at::Tensor>& operands) {
 
 at::Tensor in_order(const at::Tensor& t, const std::vector<int64_t>& order) {
   const int64_t rank = static_cast<int64_t>(order.size());
-  if (t.dim() == 0 || t.device().type() != kTpu) return t;
+  if (t.dim() == 0) return t;  // pointwise_order saw every other operand on tpu
   at::Tensor full = t;
   while (full.dim() < rank) full = full.unsqueeze(0);
   return full.permute(order);
