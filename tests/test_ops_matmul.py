@@ -136,6 +136,45 @@ def test_linear(dtype):
         check_grad(F.linear, torch.randn(4), w)
 
 
+# On the CPU plugin, f32 products whose right operand is contracted along its minor
+# dimension with rows a multiple of 2 KiB apart get 16 zeros appended to the contraction
+# (builder.c, tpu_b_dot_pad_for_target: XLA:CPU's matmul is slow on those strides).
+# These are the products that take that path; results and gradients must not change.
+def test_products_with_a_padded_contraction():
+    # Sums of 512-1024 products of unit normals reach ~30; f32 summation in another
+    # order differs by a few 1e-5 (CPU's own result is 2.3e-5 off the float64 one).
+    k, s = 512, 8.0
+    check(lambda x, w: x @ w.t(), torch.randn(8, k), torch.randn(24, k), scale=s)
+    check(lambda x, w: x @ w.t(), torch.randn(2, 2 * k), torch.randn(2, 2 * k), scale=s)
+    check(F.linear, torch.randn(2, 3, k), torch.randn(16, k), torch.randn(16), scale=s)
+    check(lambda c, x, w: torch.addmm(c, x, w.t(), beta=0.5, alpha=2), torch.randn(16), torch.randn(6, k),
+          torch.randn(16, k), scale=s)
+    check(lambda q, kk: q @ kk.transpose(1, 2), torch.randn(2, 5, k), torch.randn(2, 7, k), scale=s)
+    check(lambda q, kk: q @ kk.transpose(-1, -2), torch.randn(2, 2, 3, k), torch.randn(2, 4, k), scale=s)
+    check(lambda x, w: x.t() @ w.t(), torch.randn(k, 6), torch.randn(9, k), scale=s)
+    check_grad(F.linear, torch.randn(4, 6, k), torch.randn(12, k), torch.randn(12), scale=s)
+    check_grad(lambda q, kk: q @ kk.transpose(1, 2), torch.randn(2, 5, k), torch.randn(2, 7, k), scale=s)
+    # not padded, the same answers: a matrix-vector product, a contraction on the
+    # major dimension, bf16
+    check(lambda x, w: x @ w.t(), torch.randn(1, k), torch.randn(24, k), scale=s)
+    check(torch.mv, torch.randn(24, k), torch.randn(k), scale=s)
+    check(torch.mm, torch.randn(8, k), torch.randn(k, 24), scale=s)
+    check(lambda x, w: x @ w.t(), torch.randn(8, k).bfloat16(), torch.randn(24, k).bfloat16(), scale=2.0)
+
+
+def test_padded_contraction_only_on_the_cpu_plugin(tmp_path, monkeypatch):
+    # The test above proves the padded path only if products take it: read the
+    # module of a product of a fresh shape. Other plugins get the plain product.
+    import torchtpu
+    monkeypatch.setenv("TORCHTPU_DUMP_DIR", str(tmp_path))
+    x, w = torch.randn(3, 1536, device="tpu"), torch.randn(5, 1536, device="tpu")
+    (x @ w.t()).cpu()
+    text = "".join(p.read_text() for p in tmp_path.glob("*_mm.mlir"))
+    assert "stablehlo.dot_general" in text
+    padded = "tensor<3x1552xf32>" in text and "tensor<5x1552xf32>" in text
+    assert padded == (torchtpu._C.platform_name() == "cpu"), text
+
+
 def test_einsum_tensordot_kron():
     a, b = torch.randn(2, 3, 4), torch.randn(2, 4, 5)
     check(lambda x, y: torch.einsum("bij,bjk->bik", x, y), a, b)

@@ -16,6 +16,11 @@
 typedef struct tpu_value {
   tpu_aval_t aval;
   char name[24];
+  /* A transpose's operand and permutation (src: TPU_NOVAL otherwise). XLA folds a
+   * transpose into the dot that reads it, so the operand's layout is what the dot
+   * reads: tpu_b_dot_general looks through it. */
+  tpu_val_t src;
+  int8_t perm[TPU_MAX_RANK];
 } tpu_value_t;
 
 struct tpu_builder {
@@ -28,6 +33,7 @@ struct tpu_builder {
   tpu_strbuf_t text[TPU_B_MAX_DEPTH]; /* [0] = function body, then open regions */
   int depth;
   tpu_status_t* error;
+  tpu_builder_target_t target;
 };
 
 tpu_aval_t tpu_aval_make(tpu_dtype_t dtype, int rank, const int64_t* dims) {
@@ -60,6 +66,8 @@ tpu_status_t* tpu_builder_create(tpu_builder_t** out_builder) {
   *out_builder = b;
   return NULL;
 }
+
+void tpu_builder_set_target(tpu_builder_t* b, tpu_builder_target_t target) { b->target = target; }
 
 void tpu_builder_destroy(tpu_builder_t* b) {
   if (!b) return;
@@ -118,6 +126,7 @@ static tpu_val_t tpu_b_new_value(tpu_builder_t* b, const tpu_aval_t* aval_in, co
   tpu_value_t* v = &b->values[b->nvalues];
   v->aval = *aval;
   snprintf(v->name, sizeof(v->name), "%s", name);
+  v->src = TPU_NOVAL;
   return b->nvalues++;
 }
 
@@ -665,7 +674,11 @@ tpu_val_t tpu_b_transpose(tpu_builder_t* b, tpu_val_t x, const int64_t* perm) {
   if (identity) return x;
   char attrs[512], arr[480];
   snprintf(attrs, sizeof(attrs), "permutation = %s", tpu_fmt_i64_array(arr, sizeof(arr), in->rank, perm));
-  return tpu_b_op1(b, "stablehlo.transpose", 1, &x, attrs, &a);
+  tpu_val_t y = tpu_b_op1(b, "stablehlo.transpose", 1, &x, attrs, &a);
+  if (y == TPU_NOVAL) return y;
+  b->values[y].src = x;
+  for (int i = 0; i < a.rank; ++i) b->values[y].perm[i] = (int8_t)perm[i];
+  return y;
 }
 
 tpu_val_t tpu_b_slice(tpu_builder_t* b, tpu_val_t x, const int64_t* start, const int64_t* limit,
@@ -847,11 +860,79 @@ void tpu_b_argreduce(tpu_builder_t* b, tpu_val_t x, int dim, bool is_max, tpu_va
 
 /* -------------------------------------------------------------- contraction */
 
+/* The dimension of v stored innermost, assuming default (row-major) layouts and
+ * transposes folded into their readers, as XLA does. */
+static int tpu_b_minor_dim(const tpu_builder_t* b, tpu_val_t v) {
+  const tpu_value_t* x = &b->values[v];
+  if (x->src == TPU_NOVAL) return x->aval.rank - 1;
+  int src_minor = tpu_b_minor_dim(b, x->src);
+  for (int i = 0; i < x->aval.rank; ++i)
+    if (x->perm[i] == src_minor) return i;
+  return x->aval.rank - 1;
+}
+
+/* v with n zeros appended along dim. A transpose is padded before it, so that XLA
+ * still folds it into the dot rather than copying it transposed. */
+static tpu_val_t tpu_b_pad_dim(tpu_builder_t* b, tpu_val_t v, int dim, int64_t n) {
+  /* Copies: new values may move b->values. */
+  const tpu_value_t x = b->values[v];
+  if (x.src != TPU_NOVAL) {
+    int64_t perm[TPU_MAX_RANK];
+    for (int i = 0; i < x.aval.rank; ++i) perm[i] = x.perm[i];
+    tpu_val_t padded = tpu_b_pad_dim(b, x.src, (int)perm[dim], n);
+    return tpu_b_transpose(b, padded, perm);
+  }
+  int64_t lo[TPU_MAX_RANK] = {0}, hi[TPU_MAX_RANK] = {0};
+  hi[dim] = n;
+  tpu_val_t zero = tpu_b_const(b, x.aval.dtype, 0.0);
+  return tpu_b_pad(b, v, zero, lo, hi, NULL);
+}
+
+static int64_t tpu_b_free_size(const tpu_aval_t* a, int nbatch, const int64_t* batch, int64_t contract) {
+  int64_t n = 1;
+  for (int i = 0; i < a->rank; ++i) {
+    bool used = i == contract;
+    for (int j = 0; j < nbatch; ++j) used = used || batch[j] == i;
+    if (!used) n *= a->dims[i];
+  }
+  return n;
+}
+
+/* XLA:CPU's f32 matmul (Eigen) runs up to 3x slower when the right operand is
+ * contracted along its minor dimension (x @ W.t(): every nn.Linear) and its rows are
+ * a multiple of 2 KiB apart: the packing's strided loads land in the same cache sets
+ * and evict each other. Sixteen zeros appended to the contraction on both sides move
+ * the stride off the power of two. The copy costs less than it saves up to 256 left
+ * rows; from 512 rows on, the packing is spread over more work and padding was a
+ * wash or a loss (a GPT train step 5 % slower). A matrix-vector product takes another
+ * path without the weakness. docs/platforms.md has the measurements. The zeros add
+ * nothing to the sums. */
+#define TPU_DOT_PAD 16
+#define TPU_DOT_PAD_MAX_ROWS 256
+static void tpu_b_dot_pad_for_target(tpu_builder_t* b, tpu_val_t* lhs, tpu_val_t* rhs, int nbatch,
+                                     const int64_t* lhs_batch, const int64_t* rhs_batch, int ncontract,
+                                     const int64_t* lhs_contract, const int64_t* rhs_contract) {
+  if (b->target != TPU_BUILDER_TARGET_XLA_CPU || ncontract != 1) return;
+  const tpu_aval_t* l = tpu_b_aval(b, *lhs);
+  const tpu_aval_t* r = tpu_b_aval(b, *rhs);
+  if (l->dtype != TPU_F32 || r->dtype != TPU_F32) return;
+  int64_t k = r->dims[rhs_contract[0]];
+  if (k <= 0 || k != l->dims[lhs_contract[0]] || (k * 4) % 2048 != 0 /* rows 2 KiB-aligned */ ||
+      tpu_b_minor_dim(b, *rhs) != rhs_contract[0])
+    return;
+  int64_t m = tpu_b_free_size(l, nbatch, lhs_batch, lhs_contract[0]);
+  if (m < 2 || m > TPU_DOT_PAD_MAX_ROWS || tpu_b_free_size(r, nbatch, rhs_batch, rhs_contract[0]) < 2) return;
+  *lhs = tpu_b_pad_dim(b, *lhs, (int)lhs_contract[0], TPU_DOT_PAD);
+  *rhs = tpu_b_pad_dim(b, *rhs, (int)rhs_contract[0], TPU_DOT_PAD);
+}
+
 tpu_val_t tpu_b_dot_general(tpu_builder_t* b, tpu_val_t lhs, tpu_val_t rhs, int nbatch,
                             const int64_t* lhs_batch, const int64_t* rhs_batch, int ncontract,
                             const int64_t* lhs_contract, const int64_t* rhs_contract,
                             tpu_dtype_t out_dtype) {
   if (!tpu_b_ok(b) || !tpu_b_valid(b, lhs) || !tpu_b_valid(b, rhs)) return TPU_NOVAL;
+  tpu_b_dot_pad_for_target(b, &lhs, &rhs, nbatch, lhs_batch, rhs_batch, ncontract, lhs_contract, rhs_contract);
+  if (!tpu_b_ok(b)) return TPU_NOVAL;
   const tpu_aval_t* l = tpu_b_aval(b, lhs);
   const tpu_aval_t* r = tpu_b_aval(b, rhs);
   tpu_aval_t a;

@@ -38,6 +38,13 @@ bool tpu_aval_equal(const tpu_aval_t* a, const tpu_aval_t* b);
 
 tpu_status_t* tpu_builder_create(tpu_builder_t** out_builder);
 void tpu_builder_destroy(tpu_builder_t* b);
+/* The compiler the module is for, where the builder emits around a known weakness
+ * of it (tpu_b_dot_general). Set before lowering; the default targets none. */
+typedef enum tpu_builder_target {
+  TPU_BUILDER_TARGET_ANY = 0,
+  TPU_BUILDER_TARGET_XLA_CPU,
+} tpu_builder_target_t;
+void tpu_builder_set_target(tpu_builder_t* b, tpu_builder_target_t target);
 /* Function parameters are numbered in the order of these calls. */
 tpu_val_t tpu_b_param(tpu_builder_t* b, const tpu_aval_t* aval);
 int tpu_builder_num_params(const tpu_builder_t* b);
