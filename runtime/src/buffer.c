@@ -254,8 +254,7 @@ tpu_status_t* tpu_buffer_materialize(tpu_buffer_t* buf, PJRT_Buffer** out_pjrt) 
 }
 
 /* Large uploads to the CPU plugin go through a pool block (hostpool.h). */
-static bool plugin_reads_host_memory(void) { return strcmp(tpu_runtime_platform_name(), "cpu") == 0; }
-static bool use_hostpool(size_t nbytes) { return nbytes >= TPU_HOSTPOOL_MIN_BYTES && plugin_reads_host_memory(); }
+static bool use_hostpool(size_t nbytes) { return nbytes >= TPU_HOSTPOOL_MIN_BYTES && tpu_runtime_platform_is_cpu(); }
 
 /* A failure of from_host before the block was lent: the block goes back. */
 static tpu_status_t* drop_block(void* block, tpu_status_t* status) {
@@ -492,7 +491,7 @@ tpu_status_t* tpu_buffer_from_host(int device, const void* data, const tpu_aval_
 tpu_status_t* tpu_buffer_from_block(int device, void* block, const tpu_aval_t* aval,
                                     tpu_buffer_t** out_buffer) {
   if (!block) return TPU_STATUS(TPU_INVALID_ARGUMENT, "host block is NULL");
-  if (!plugin_reads_host_memory()) { /* a plugin that copies: the block goes back at once */
+  if (!tpu_runtime_platform_is_cpu()) { /* a plugin that copies: the block goes back at once */
     tpu_status_t* status = tpu_buffer_from_host(device, block, aval, out_buffer);
     tpu_host_block_release(block);
     return status;

@@ -164,6 +164,7 @@ const char* tpu_runtime_platform_name(void) {
   const client_state_t* st = state();
   return st ? st->platform_name : "";
 }
+bool tpu_runtime_platform_is_cpu(void) { return strcmp(tpu_runtime_platform_name(), "cpu") == 0; }
 const char* tpu_runtime_platform_version(void) {
   const client_state_t* st = state();
   return st ? st->platform_version : "";

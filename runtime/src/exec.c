@@ -203,7 +203,7 @@ static tpu_status_t* tpu_exec_lower(const char* name, const char* overload, tpu_
   if (max_outs < 0) max_outs = 0;
   tpu_builder_t* b = NULL;
   TPU_RETURN_IF_ERROR(tpu_builder_create(&b));
-  if (strcmp(tpu_runtime_platform_name(), "cpu") == 0) tpu_builder_set_target(b, TPU_BUILDER_TARGET_XLA_CPU);
+  if (tpu_runtime_platform_is_cpu()) tpu_builder_set_target(b, TPU_BUILDER_TARGET_XLA_CPU);
   tpu_exec_op_t* x = tpu_exec_op_new(name, overload, args, nargs, s, program);
   /* Sized by the caller: an op may return any number of results (+1: check.h's error word). */
   tpu_val_t* outs = malloc(sizeof(tpu_val_t) * (size_t)(max_outs + 1));

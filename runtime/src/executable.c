@@ -162,7 +162,7 @@ static int64_t program_max_elements(const char* text, size_t len, int64_t limit)
  * per kernel). */
 static tpu_tier_t program_tier(const char* mlir, size_t len, bool* out_loop) {
   *out_loop = false;
-  if (strcmp(tpu_runtime_platform_name(), "cpu") != 0) return TPU_TIER_OTHER_PLUGIN;
+  if (!tpu_runtime_platform_is_cpu()) return TPU_TIER_OTHER_PLUGIN;
   *out_loop = program_has_loop(mlir, len);
   int64_t limit = quick_max_elements();
   if (limit <= 0 || *out_loop) return TPU_TIER_DEFAULT;

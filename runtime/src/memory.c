@@ -73,7 +73,7 @@ tpu_status_t* tpu_memory_info(int device, int64_t* out_free, int64_t* out_total)
   if (!out_free || !out_total) return TPU_STATUS(TPU_INVALID_ARGUMENT, "output is NULL");
   *out_free = *out_total = -1;
   TPU_RETURN_IF_ERROR(tpu_runtime_check_device(device));
-  if (strcmp(tpu_runtime_platform_name(), "cpu") != 0) return plugin_memory_info(device, out_free, out_total);
+  if (!tpu_runtime_platform_is_cpu()) return plugin_memory_info(device, out_free, out_total);
   FILE* f = fopen("/proc/meminfo", "r");
   if (!f) return TPU_STATUS(TPU_UNAVAILABLE, "cannot read /proc/meminfo for the host's memory");
   char text[4096];

@@ -37,6 +37,9 @@ int tpu_runtime_device_count(void);
 /* "cpu", "cuda", "tpu" ... and the plugin's version string; borrowed. */
 const char* tpu_runtime_platform_name(void);
 const char* tpu_runtime_platform_version(void);
+/* The plugin is XLA's CPU one: its buffers are host memory and its compiler has
+ * weaknesses the runtime works around. */
+bool tpu_runtime_platform_is_cpu(void);
 const char* tpu_runtime_device_kind(int device);
 /* PJRT API version of the loaded plugin. */
 void tpu_runtime_api_version(int* out_major, int* out_minor);
