@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "device.h"
+#include "donation.h"
 #include "hostpool.h"
 #include "pjrt/pjrt.h"
 #include "tracing.h"
@@ -30,6 +31,7 @@ struct tpu_buffer {
   bool lent;                /* its memory is a pooled host block (never donated) */
   bool interned;            /* one of a cache's shared values (scalars.c): never donated */
   atomic_bool donated;      /* given to an execution: its bytes are no longer counted here */
+  tpu_donation_t* donation; /* donated: when that execution finished (owned; may be NULL) */
   int32_t fuse_value;       /* PENDING: its value in its device's fused queue... */
   uint64_t fuse_epoch;      /* ...of this epoch */
   tpu_aval_t aval;
@@ -105,6 +107,7 @@ static void buffer_init(tpu_buffer_t* buf, int device, const tpu_aval_t* aval, s
   atomic_init(&buf->refs, 1);
   atomic_init(&buf->ready, false);
   atomic_init(&buf->donated, false);
+  buf->donation = NULL;
   atomic_init(&buf->state, BUF_REAL);
   buf->aval = *aval;
   buf->device = device;
@@ -177,11 +180,17 @@ tpu_buffer_t* tpu_buffer_settled(tpu_buffer_t* buf) {
 
 int tpu_buffer_refcount(const tpu_buffer_t* buf) { return atomic_load_explicit(&buf->refs, memory_order_acquire); }
 
-void tpu_buffer_note_donated(tpu_buffer_t* buf) {
+static void note_donated(tpu_buffer_t* buf, tpu_donation_t* donation) {
   if (!atomic_exchange_explicit(&buf->donated, true, memory_order_acq_rel)) {
+    buf->donation = tpu_donation_retain(donation);
     tpu_memory_note_free(buf->device, buf->nbytes);
     tpu_metric_add(TPU_METRIC_DONATED_BUFFERS, 1);
   }
+}
+
+void tpu_buffer_note_donations(int nargs, tpu_buffer_t* const* args, const bool* donate, tpu_donation_t* donation) {
+  for (int i = 0; donate && i < nargs; i++)
+    if (donate[i]) note_donated(args[i], donation);
 }
 
 bool tpu_buffer_is_pending(const tpu_buffer_t* buf) {
@@ -526,8 +535,12 @@ void tpu_buffer_release(tpu_buffer_t* buf) {
   }
   if (state == BUF_REAL) {
     /* After a shutdown the client (and its buffers) are gone; only free ours. */
-    pjrt_buffer_destroy(api_or_null(), buf->pjrt);
-    if (!atomic_load_explicit(&buf->donated, memory_order_acquire)) tpu_memory_note_free(buf->device, buf->nbytes);
+    if (atomic_load_explicit(&buf->donated, memory_order_acquire)) {
+      tpu_donation_bury(buf->pjrt, buf->donation); /* destroying it now could wait for the device */
+    } else {
+      pjrt_buffer_destroy(api_or_null(), buf->pjrt);
+      tpu_memory_note_free(buf->device, buf->nbytes);
+    }
   } else {
     if (buf->counted) tpu_memory_note_free(buf->device, buf->nbytes);
     tpu_buffer_release(buf->target);

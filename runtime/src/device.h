@@ -18,6 +18,7 @@
 #define TPU_MAX_DEVICES 256
 
 typedef struct tpu_buffer tpu_buffer_t;
+typedef struct tpu_donation tpu_donation_t; /* donation.h */
 typedef struct tpu_executable tpu_executable_t;
 
 /* Host data is dense row-major of aval's dtype; copied before returning. */
@@ -78,9 +79,11 @@ bool tpu_buffer_donatable(const tpu_buffer_t* buf, int holders);
 tpu_buffer_t* tpu_buffer_settled(tpu_buffer_t* buf);
 /* References held to `buf` (a donation check's count). */
 int tpu_buffer_refcount(const tpu_buffer_t* buf);
-/* `buf` was donated: its bytes now belong to an output (memory accounting moves
- * at once); releasing it only drops the PJRT handle. */
-void tpu_buffer_note_donated(tpu_buffer_t* buf);
+/* args[i] was donated where donate[i] (NULL: none) to the execution that
+ * `donation` (borrowed; may be NULL) follows: their bytes now belong to an
+ * output (memory accounting moves at once); releasing one only drops the PJRT
+ * handle, once that execution finished (donation.h). */
+void tpu_buffer_note_donations(int nargs, tpu_buffer_t* const* args, const bool* donate, tpu_donation_t* donation);
 /* Why a placeholder's program failed (a new status), or NULL for any other buffer. */
 tpu_status_t* tpu_buffer_error(const tpu_buffer_t* buf);
 /* True (and its value) when `buf` is PENDING in the queue epoch `epoch`. */
@@ -127,7 +130,7 @@ tpu_status_t* tpu_executable_launch(tpu_executable_t* exe, int device, int nargs
 /* As tpu_executable_launch, and argument i's buffer may be donated to the
  * output its parameter aliases where donate[i] (NULL: none): the caller has
  * checked that nothing else holds it (tpu_buffer_donatable); after a donation it
- * is tpu_buffer_note_donated and holds no data. */
+ * is noted donated (tpu_buffer_note_donations) and holds no data. */
 tpu_status_t* tpu_executable_launch_donating(tpu_executable_t* exe, int device, int nargs,
                                              tpu_buffer_t* const* args, const bool* donate, int nouts,
                                              const tpu_aval_t* out_avals, const char* producer,

@@ -10,6 +10,7 @@
 #include "codemaps.h"
 #include "device.h"
 #include "diskcache.h"
+#include "donation.h"
 #include "env.h"
 #include "tracing.h"
 #include "pjrt/pjrt.h"
@@ -483,6 +484,19 @@ static tpu_status_t* keep_list(const tpu_executable_t* exe, int nargs, const boo
   return NULL;
 }
 
+/* The plugin owns what was donated now (even if the run fails later); their
+ * handles go once this execution, whose output is `fed`, finished. Before the
+ * outputs are counted, so that a donation never shows as two buffers' bytes. */
+static void note_donations(const tpu_executable_t* exe, int nargs, tpu_buffer_t* const* args, const bool* donate,
+                           PJRT_Buffer* fed) {
+  bool any = false;
+  for (int i = 0; exe->aliases && donate && i < nargs; i++) any |= donate[i];
+  if (!any) return;
+  tpu_donation_t* donation = tpu_donation_create(fed);
+  tpu_buffer_note_donations(nargs, args, donate, donation);
+  tpu_donation_release(donation);
+}
+
 tpu_status_t* tpu_executable_launch(tpu_executable_t* exe, int device, int nargs, tpu_buffer_t* const* args,
                                     int nouts, const tpu_aval_t* out_avals, const char* producer,
                                     tpu_buffer_t** out_buffers) {
@@ -549,9 +563,7 @@ tpu_status_t* tpu_executable_launch_donating(tpu_executable_t* exe, int device, 
     if (producer[0]) status = tpu_status_annotate(status, "%s", producer);
     goto done;
   }
-  /* The plugin owns what was donated now (even if the run fails later). */
-  for (int i = 0; exe->aliases && donate && i < nargs; i++)
-    if (donate[i]) tpu_buffer_note_donated(args[i]);
+  note_donations(exe, nargs, args, donate, nouts > 0 ? out_list[0] : NULL);
   status = wrap_outputs(api, device, nouts, out_list, out_avals, producer, out_buffers);
   if (status) {
     release_all(nouts, out_buffers);

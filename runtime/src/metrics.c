@@ -40,6 +40,7 @@ static const char* const kNames[] = {
     [TPU_METRIC_QUICK_COMPILES] = "compiles_quick",
     [TPU_METRIC_FUSED_UNFUSED] = "fused_unfused_runs",
     [TPU_METRIC_INFLIGHT_QUERIES] = "inflight_queries",
+    [TPU_METRIC_DEFERRED_DESTROYS] = "donations_deferred",
 };
 static_assert(sizeof kNames / sizeof kNames[0] == TPU_METRIC_COUNT, "one name per metric");
 

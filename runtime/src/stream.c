@@ -20,6 +20,7 @@
 
 #include "check.h"
 #include "device.h"
+#include "donation.h"
 #include "pjrt/pjrt.h"
 #include "tracing.h"
 
@@ -211,6 +212,9 @@ static tpu_status_t* wait_selected(const selector_t* sel) {
     }
     tpu_buffer_release(pending[i]);
   }
+  /* Donated handles of what finished can go now (after a full synchronize: all
+   * of them, so a shutdown's destroys none later). */
+  tpu_donation_drain();
   /* Then device-side check failures (check.h); an async failure goes first and
    * leaves them for the next sync. */
   if (!first) first = tpu_check_sync(sel->all ? -1 : sel->device);

@@ -103,6 +103,7 @@ typedef enum tpu_metric {
   TPU_METRIC_QUICK_COMPILES,   /* compiles with the CPU plugin's quick options (small programs, executable.c) */
   TPU_METRIC_FUSED_UNFUSED,    /* recordings run as their ops' own programs: new shapes of a structure that changes shapes (fuse.c) */
   TPU_METRIC_INFLIGHT_QUERIES, /* readiness queries of in-flight work made while submitting (stream.c) */
+  TPU_METRIC_DEFERRED_DESTROYS, /* donated handles released before their execution finished (donation.c) */
   TPU_METRIC_COUNT
 } tpu_metric_t;
 const char* tpu_metric_name(tpu_metric_t m);
