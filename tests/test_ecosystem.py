@@ -69,7 +69,7 @@ def test_save_load_module_and_optimizer_state():
     for p, q in zip(model.parameters(), model2.parameters()):
         if torchtpu.get_eager_mode() == "fused":
             # model2's parameters were clones sharing model's buffers: with
-            # TORCHTPU_FUSED_DONATE=1 only its step can donate them, and programs that
+            # donation (TORCHTPU_FUSED_DONATE) only its step can donate them, and programs that
             # differ in aliasing may give results a last bit apart (docs/eager-modes.md).
             assert_same(q, p.detach().cpu())
         else:
