@@ -96,13 +96,6 @@ static tpu_status_t* not_initialized(void) {
   return TPU_STATUS(TPU_FAILED_PRECONDITION, "the torchtpu runtime is not initialised");
 }
 
-static void pjrt_buffer_destroy(const PJRT_Api* api, PJRT_Buffer* pjrt) {
-  if (!api || !pjrt) return;
-  TPU_PJRT_ARGS(PJRT_Buffer_Destroy_Args, args, buffer);
-  args.buffer = pjrt;
-  tpu_status_free(TPU_PJRT_CALL(api, Buffer_Destroy, &args));
-}
-
 static void buffer_init(tpu_buffer_t* buf, int device, const tpu_aval_t* aval, size_t nbytes, const char* producer) {
   atomic_init(&buf->refs, 1);
   atomic_init(&buf->ready, false);
@@ -132,7 +125,7 @@ tpu_status_t* tpu_buffer_wrap(PJRT_Buffer* pjrt, int device, const tpu_aval_t* a
   tpu_buffer_t* buf = status ? NULL : calloc(1, sizeof *buf);
   if (!status && !buf) status = TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "out of memory");
   if (status) {
-    pjrt_buffer_destroy(api, pjrt);
+    tpu_pjrt_buffer_destroy(api, pjrt);
     return status;
   }
   buffer_init(buf, device, aval, nbytes, producer);
@@ -290,7 +283,7 @@ static tpu_status_t* lend_block(const PJRT_Api* api, PJRT_Event* done, PJRT_Buff
   args.user_arg = block;
   tpu_status_t* status = TPU_PJRT_CALL(api, Event_OnReady, &args);
   if (status) {
-    pjrt_buffer_destroy(api, *buffer);
+    tpu_pjrt_buffer_destroy(api, *buffer);
     *buffer = NULL;
     tpu_status_free(tpu_pjrt_event_await(api, done)); /* destroys it */
     tpu_host_block_release(block);
@@ -343,7 +336,7 @@ static tpu_status_t* from_host(int device, const void* data, void* block, const 
     TPU_RETURN_IF_ERROR(lend_block(api, args.done_with_host_buffer, &args.buffer, block));
     tpu_metric_add(TPU_METRIC_H2D_LENT, 1);
   } else if ((status = tpu_pjrt_event_await(api, args.done_with_host_buffer)) != NULL) {
-    pjrt_buffer_destroy(api, args.buffer);
+    tpu_pjrt_buffer_destroy(api, args.buffer);
     return status;
   }
   TPU_RETURN_IF_ERROR(tpu_buffer_wrap(args.buffer, device, aval, NULL, out_buffer));
@@ -538,7 +531,7 @@ void tpu_buffer_release(tpu_buffer_t* buf) {
     if (atomic_load_explicit(&buf->donated, memory_order_acquire)) {
       tpu_donation_bury(buf->pjrt, buf->donation); /* destroying it now could wait for the device */
     } else {
-      pjrt_buffer_destroy(api_or_null(), buf->pjrt);
+      tpu_pjrt_buffer_destroy(api_or_null(), buf->pjrt);
       tpu_memory_note_free(buf->device, buf->nbytes);
     }
   } else {

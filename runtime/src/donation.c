@@ -93,12 +93,7 @@ static bool finished(tpu_donation_t* d, bool wait) {
 }
 
 static void destroy(grave_t g) {
-  const PJRT_Api* api = tpu_client_api();
-  if (api && g.pjrt) {
-    TPU_PJRT_ARGS(PJRT_Buffer_Destroy_Args, args, buffer);
-    args.buffer = g.pjrt;
-    tpu_status_free(TPU_PJRT_CALL(api, Buffer_Destroy, &args));
-  }
+  tpu_pjrt_buffer_destroy(tpu_client_api(), g.pjrt);
   tpu_donation_release(g.donation);
 }
 

@@ -452,9 +452,7 @@ static tpu_status_t* wrap_outputs(const PJRT_Api* api, int device, int nouts,
   tpu_status_t* status = NULL;
   for (int i = 0; i < nouts; i++) {
     if (status) {
-      TPU_PJRT_ARGS(PJRT_Buffer_Destroy_Args, destroy, buffer);
-      destroy.buffer = outs[i];
-      if (outs[i]) tpu_status_free(TPU_PJRT_CALL(api, Buffer_Destroy, &destroy));
+      tpu_pjrt_buffer_destroy(api, outs[i]);
       continue;
     }
     status = tpu_buffer_wrap(outs[i], device, &out_avals[i], producer, &out_buffers[i]);
@@ -554,12 +552,7 @@ tpu_status_t* tpu_executable_launch_donating(tpu_executable_t* exe, int device, 
   tpu_metric_add(TPU_METRIC_EXECUTIONS, 1);
   if (status) {
     /* Nothing is returned on failure; destroy anything a plugin left anyway. */
-    for (int i = 0; i < nouts; i++) {
-      if (!out_list[i]) continue;
-      TPU_PJRT_ARGS(PJRT_Buffer_Destroy_Args, destroy, buffer);
-      destroy.buffer = out_list[i];
-      tpu_status_free(TPU_PJRT_CALL(api, Buffer_Destroy, &destroy));
-    }
+    for (int i = 0; i < nouts; i++) tpu_pjrt_buffer_destroy(api, out_list[i]);
     if (producer[0]) status = tpu_status_annotate(status, "%s", producer);
     goto done;
   }

@@ -570,6 +570,8 @@ tpu_status_t* tpu_pjrt_missing(const char* name, const char* file, int line);
 
 /* Destroys an event; NULL is fine. */
 void tpu_pjrt_event_destroy(const PJRT_Api* api, PJRT_Event* event);
+/* Destroys a buffer handle; a NULL handle or api (after a shutdown) is fine. */
+void tpu_pjrt_buffer_destroy(const PJRT_Api* api, PJRT_Buffer* buffer);
 /* Waits for `event`, destroys it, and returns its error. */
 tpu_status_t* tpu_pjrt_event_await(const PJRT_Api* api, PJRT_Event* event);
 

@@ -70,6 +70,13 @@ void tpu_pjrt_event_destroy(const PJRT_Api* api, PJRT_Event* event) {
   tpu_status_free(TPU_PJRT_CALL(api, Event_Destroy, &args));
 }
 
+void tpu_pjrt_buffer_destroy(const PJRT_Api* api, PJRT_Buffer* buffer) {
+  if (!api || !buffer) return;
+  TPU_PJRT_ARGS(PJRT_Buffer_Destroy_Args, args, buffer);
+  args.buffer = buffer;
+  tpu_status_free(TPU_PJRT_CALL(api, Buffer_Destroy, &args));
+}
+
 tpu_status_t* tpu_pjrt_event_await(const PJRT_Api* api, PJRT_Event* event) {
   if (!event) return NULL;
   TPU_PJRT_ARGS(PJRT_Event_Await_Args, args, event);
