@@ -602,10 +602,14 @@ def backend(gm, example_inputs, **kwargs):
     if _BACKEND is None:
         from torch._dynamo.backends.common import aot_autograd
         from torch._functorch.partitioners import min_cut_rematerialization_partition
-        _BACKEND = aot_autograd(fw_compiler=compile_graph, bw_compiler=compile_graph,
+        from . import _trace_cache
+        traced = _trace_cache.compiler(compile_graph, _is_collective)
+        _BACKEND = aot_autograd(fw_compiler=traced, bw_compiler=traced,
                                 partition_fn=min_cut_rematerialization_partition,
                                 # inference graphs (optimizer steps, decode) keep their
                                 # input mutations: the program writes them (graph.alias)
                                 keep_inference_input_mutations=True,
                                 decompositions=decompositions())
-    return _BACKEND(gm, example_inputs, **kwargs)
+    from ._trace_cache import active
+    with active():
+        return _BACKEND(gm, example_inputs, **kwargs)

@@ -33,6 +33,7 @@ static const char kTmpPrefix[] = ".tmp-";
 typedef struct disk_config {
   char* dir; /* NULL: the tier is off */
   int64_t max_bytes;
+  bool blobs; /* TORCHTPU_TRACE_CACHE is not 0 */
 } disk_config_t;
 
 static pthread_once_t g_config_once = PTHREAD_ONCE_INIT;
@@ -60,6 +61,7 @@ static char* configured_dir(void) {
 static void config_init(void) {
   g_config.dir = tpu_env_off("TORCHTPU_DISK_CACHE") ? NULL : configured_dir();
   g_config.max_bytes = tpu_env_int("TORCHTPU_CACHE_MAX_BYTES", 1, INT64_MAX, TPU_DISK_DEFAULT_MAX_BYTES);
+  g_config.blobs = !tpu_env_off("TORCHTPU_TRACE_CACHE");
 }
 
 static const disk_config_t* config(void) {
@@ -605,4 +607,69 @@ void tpu_disk_cache_store(const PJRT_Api* api, const tpu_disk_key_t* key,
   }
   tpu_metric_add(TPU_METRIC_DISK_CACHE_BYTES_WRITTEN, (int64_t)written);
   account_store(cfg, (int64_t)written);
+}
+
+/* ---- blobs: entries the Python side fills (traced graphs) ---- */
+
+/* Apart from g_store_off: a plugin that cannot serialize executables does not
+ * stop blobs. */
+static atomic_bool g_blob_store_off;
+
+/* Not keyed by the plugin: a traced graph does not depend on it (the programs
+ * built from it are keyed as usual). "blob" keeps blob and executable keys apart. */
+static void blob_key(const char* name, size_t name_len, tpu_disk_key_t* out_key) {
+  tpu_sha256_t h;
+  tpu_sha256_init(&h);
+  hash_str(&h, "torchtpu compile cache blob");
+  hash_str(&h, TORCHTPU_VERSION);
+  uint32_t format = TPU_DISK_FORMAT_VERSION;
+  hash_field(&h, &format, sizeof format);
+  hash_field(&h, name, name_len);
+  tpu_sha256_final(&h, out_key->bytes);
+}
+
+bool tpu_disk_blob_enabled(void) {
+  const disk_config_t* cfg = config();
+  return cfg->dir && cfg->blobs;
+}
+
+tpu_status_t* tpu_disk_blob_load(const char* name, size_t name_len, uint8_t** out_data,
+                                 size_t* out_len) {
+  *out_data = NULL;
+  *out_len = 0;
+  const disk_config_t* cfg = config();
+  if (!cfg->dir || !cfg->blobs) return TPU_STATUS(TPU_NOT_FOUND, "blobs are off");
+  tpu_disk_key_t key;
+  blob_key(name, name_len, &key);
+  uint8_t* data = NULL;
+  size_t size = 0, len = 0;
+  const uint8_t* payload = NULL;
+  tpu_status_t* status = tpu_disk_entry_read(cfg->dir, &key, &data, &size, &payload, &len);
+  if (status) {
+    if (tpu_status_code(status) != TPU_NOT_FOUND) tpu_metric_add(TPU_METRIC_DISK_CACHE_ERRORS, 1);
+    tpu_metric_add(TPU_METRIC_TRACE_CACHE_MISSES, 1);
+    tpu_status_free(status);
+    return TPU_STATUS(TPU_NOT_FOUND, "no entry");
+  }
+  memmove(data, payload, len); /* the caller owns one block: the payload at its start */
+  tpu_metric_add(TPU_METRIC_TRACE_CACHE_HITS, 1);
+  *out_data = data;
+  *out_len = len;
+  return NULL;
+}
+
+void tpu_disk_blob_store(const char* name, size_t name_len, const void* data, size_t len) {
+  const disk_config_t* cfg = config();
+  if (!cfg->dir || !cfg->blobs || atomic_load(&g_blob_store_off)) return;
+  tpu_disk_key_t key;
+  blob_key(name, name_len, &key);
+  tpu_status_t* status = tpu_disk_entry_write(cfg->dir, &key, data, len);
+  if (status) {
+    atomic_store(&g_blob_store_off, true); /* an unwritable directory: stop trying */
+    tpu_metric_add(TPU_METRIC_DISK_CACHE_ERRORS, 1);
+    warn_once("cannot write entries", status);
+    tpu_status_free(status);
+    return;
+  }
+  account_store(cfg, (int64_t)(len + TPU_DISK_HEADER_BYTES));
 }

@@ -41,6 +41,8 @@ static const char* const kNames[] = {
     [TPU_METRIC_FUSED_UNFUSED] = "fused_unfused_runs",
     [TPU_METRIC_INFLIGHT_QUERIES] = "inflight_queries",
     [TPU_METRIC_DEFERRED_DESTROYS] = "donations_deferred",
+    [TPU_METRIC_TRACE_CACHE_HITS] = "trace_cache_hits",
+    [TPU_METRIC_TRACE_CACHE_MISSES] = "trace_cache_misses",
 };
 static_assert(sizeof kNames / sizeof kNames[0] == TPU_METRIC_COUNT, "one name per metric");
 

@@ -400,3 +400,30 @@ TEST(disk_tier_serves_compiles) {
   EXPECT_OK(tpu_disk_cache_clear());
   compile_expect(1, 0, 0);
 }
+
+/* Blobs: stored and loaded by name, counted, kept apart by name, dropped by clear. */
+TEST(disk_blobs_round_trip_by_name) {
+  if (!tpu_disk_cache_dir()[0]) return; /* TORCHTPU_DISK_CACHE=0 */
+  EXPECT_OK(tpu_disk_cache_clear());
+  static const char kName[] = "test blob", kOther[] = "test blob 2";
+  static const uint8_t kData[] = {0x80, 1, 2, 3, 0, 255, 7};
+  int64_t h0 = tpu_metric_get(TPU_METRIC_TRACE_CACHE_HITS), m0 = tpu_metric_get(TPU_METRIC_TRACE_CACHE_MISSES);
+  uint8_t* data = NULL;
+  size_t len = 0;
+  tpu_status_t* status = tpu_disk_blob_load(kName, strlen(kName), &data, &len);
+  EXPECT(status && tpu_status_code(status) == TPU_NOT_FOUND && !data && len == 0);
+  tpu_status_free(status);
+  tpu_disk_blob_store(kName, strlen(kName), kData, sizeof kData);
+  ASSERT_OK(tpu_disk_blob_load(kName, strlen(kName), &data, &len));
+  EXPECT(len == sizeof kData && memcmp(data, kData, len) == 0);
+  free(data);
+  status = tpu_disk_blob_load(kOther, strlen(kOther), &data, &len);
+  EXPECT(status && tpu_status_code(status) == TPU_NOT_FOUND);
+  tpu_status_free(status);
+  EXPECT_EQ_INT(tpu_metric_get(TPU_METRIC_TRACE_CACHE_HITS) - h0, 1);
+  EXPECT_EQ_INT(tpu_metric_get(TPU_METRIC_TRACE_CACHE_MISSES) - m0, 2);
+  EXPECT_OK(tpu_disk_cache_clear());
+  status = tpu_disk_blob_load(kName, strlen(kName), &data, &len);
+  EXPECT(status && tpu_status_code(status) == TPU_NOT_FOUND);
+  tpu_status_free(status);
+}

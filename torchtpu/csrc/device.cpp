@@ -19,6 +19,7 @@
 #include <memory>
 #include <mutex>
 #include <sstream>
+#include <string_view>
 
 #include "common.h"
 #include "torchtpu/memory.h"
@@ -460,6 +461,29 @@ PYBIND11_MODULE(_C, m) {
     check(tpu_disk_cache_clear(), "tpu: cache_clear");
   });
   m.def("cache_dir", []() { return std::string(tpu_disk_cache_dir()); });
+  // Opaque disk-tier entries for torch.compile's traced graphs (torchtpu/_trace_cache.py).
+  m.def("blob_enabled", []() { return tpu_disk_blob_enabled(); });
+  m.def("blob_load", [](const std::string& name) -> py::object {
+    uint8_t* data = nullptr;
+    size_t len = 0;
+    tpu_status_t* status = nullptr;
+    {
+      py::gil_scoped_release nogil;
+      status = tpu_disk_blob_load(name.data(), name.size(), &data, &len);
+    }
+    if (status) {
+      tpu_status_free(status);  // a miss (corrupt entries are removed and counted by the runtime)
+      return py::none();
+    }
+    py::bytes out(reinterpret_cast<const char*>(data), len);
+    free(data);
+    return out;
+  });
+  m.def("blob_store", [](const std::string& name, const py::bytes& data) {
+    std::string_view view = data;
+    py::gil_scoped_release nogil;
+    tpu_disk_blob_store(name.data(), name.size(), view.data(), view.size());
+  });
   m.def("default_generator", [](int index) {
     TORCH_CHECK(index >= 0 && index < device_count(), "tpu: invalid device index ", index);
     return py::reinterpret_steal<py::object>(

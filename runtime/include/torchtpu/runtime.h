@@ -104,6 +104,8 @@ typedef enum tpu_metric {
   TPU_METRIC_FUSED_UNFUSED,    /* recordings run as their ops' own programs: new shapes of a structure that changes shapes (fuse.c) */
   TPU_METRIC_INFLIGHT_QUERIES, /* readiness queries of in-flight work made while submitting (stream.c) */
   TPU_METRIC_DEFERRED_DESTROYS, /* donated handles released before their execution finished (donation.c) */
+  TPU_METRIC_TRACE_CACHE_HITS,   /* torch.compile graphs whose AOTAutograd result came from the disk tier (blobs) */
+  TPU_METRIC_TRACE_CACHE_MISSES, /* ... and ones looked up but not there */
   TPU_METRIC_COUNT
 } tpu_metric_t;
 const char* tpu_metric_name(tpu_metric_t m);
@@ -118,6 +120,19 @@ void tpu_cache_clear(void);
 const char* tpu_disk_cache_dir(void);
 /* Removes every entry of that directory (files named like entries only). */
 tpu_status_t* tpu_disk_cache_clear(void);
+/* Opaque blobs in the disk tier, for what the Python side caches (torch.compile's
+ * traced graphs): the entry format, checks, atomic writes, eviction and size cap
+ * of executables, under a key that hashes `name` with the torchtpu version.
+ * Load: NOT_FOUND on a miss, or when blobs are off; an entry that fails its
+ * checks is removed, counted in disk_cache_errors and reported as NOT_FOUND.
+ * On success *out_data (owned, free()) holds *out_len payload bytes. Store:
+ * never fails the caller (problems are counted and warned once, as for
+ * executables); a no-op when blobs are off. Blobs are off with the disk tier and
+ * with TORCHTPU_TRACE_CACHE=0. */
+bool tpu_disk_blob_enabled(void); /* the tier is on and TORCHTPU_TRACE_CACHE is not 0 */
+tpu_status_t* tpu_disk_blob_load(const char* name, size_t name_len, uint8_t** out_data,
+                                 size_t* out_len);
+void tpu_disk_blob_store(const char* name, size_t name_len, const void* data, size_t len);
 
 #ifdef __cplusplus
 }
