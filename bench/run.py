@@ -622,24 +622,24 @@ def write_markdown(path, meta, rows, peak):
                  "the directory the cold process filled during its setup and first step (entries / size "
                  "below). The compiles, disk hits and misses are torchtpu.metrics() deltas over the first "
                  "step alone (setup has its own, in bench.json). What warm still pays is PyTorch's own "
-                 "first-use cost (for tpu-compile: Dynamo tracing and AOTAutograd) plus loading the "
-                 "executables from disk.\n")
+                 "first-use cost (for tpu-compile: Dynamo tracing, and AOTAutograd where its trace-tier "
+                 "lookup misses: warm trace hits / misses) plus loading the executables from disk.\n")
         L.append("| workload | backend | cold first step | warm first step | cold / warm | cold compiles "
                  "(compile s) | warm compiles | warm disk hits | warm disk misses | warm graph compiles | "
-                 "disk cache at warm start | warm setup |")
-        L.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
+                 "warm trace hits / misses | disk cache at warm start | warm setup |")
+        L.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for r in warm:
             fm = r.get("first_step_metrics") or {}
             w = r.get("first_step_warm") or {}
             wm = w.get("metrics") or {}
             if r.get("first_step_s") is None:
-                L.append(f"| {r['workload']} | {r['backend']} | FAILED | not run | — | — | — | — | — | — | — | "
+                L.append(f"| {r['workload']} | {r['backend']} | FAILED | not run | — | — | — | — | — | — | — | — | "
                          "cold worker failed before its first step finished: see Failures |")
                 continue
             if w.get("status") == "failed":
                 err = (w.get("error") or "").replace("|", "\\|")[:200]
                 L.append(f"| {r['workload']} | {r['backend']} | {_secs(r.get('first_step_s'))} | FAILED | — | "
-                         f"{fm.get('compiles', '—')} | — | — | — | — | — | {err} |")
+                         f"{fm.get('compiles', '—')} | — | — | — | — | — | — | {err} |")
                 continue
             ratio = r.get("first_step_cold_over_warm")
             cs = fm.get("compile_seconds")
@@ -649,7 +649,8 @@ def write_markdown(path, meta, rows, peak):
                      f"{_secs(r.get('first_step_warm_s'))} | {'—' if ratio is None else f'{ratio:.1f}x'} | "
                      f"{fm.get('compiles', '—')}{'' if cs is None else f' ({cs:.2f} s)'} | "
                      f"{wm.get('compiles', '—')} | {wm.get('disk_cache_hits', '—')} | "
-                     f"{wm.get('disk_cache_misses', '—')} | {wm.get('graph_compiles', '—')} | {cache} | "
+                     f"{wm.get('disk_cache_misses', '—')} | {wm.get('graph_compiles', '—')} | "
+                     f"{wm.get('trace_cache_hits', '—')} / {wm.get('trace_cache_misses', '—')} | {cache} | "
                      f"{_secs(w.get('setup_s'))} |")
         L.append("")
     failed = [r for r in rows if r["status"] == "failed"]

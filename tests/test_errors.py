@@ -56,3 +56,19 @@ def test_out_of_memory_raises_and_the_device_keeps_working():
     assert torch.tpu.OutOfMemoryError is torch.OutOfMemoryError
     x = torch.arange(6.0, device="tpu")
     torch.testing.assert_close((x * 2).cpu(), torch.arange(6.0) * 2)
+
+
+def test_allocation_larger_than_the_device_raises_at_once():
+    """As CUDA raises at allocation: a storage larger than the whole device raises
+    at torch.empty, not at its first write, and names the request and the total.
+    A large one that fits is still made lazily (no device memory until written)."""
+    total = torch.tpu.mem_get_info()[1]
+    n = total // 4 + 1  # float32 elements: one more than the device holds
+    with pytest.raises(torch.tpu.OutOfMemoryError, match=r"tried to allocate .* \(%d bytes\); tpu:0 has" % (4 * n)):
+        torch.empty(n, device="tpu")
+    before = torch.tpu.memory_allocated()
+    big = torch.empty(2 ** 28, device="tpu")  # 1 GiB: checked, fits
+    assert big.numel() == 2 ** 28 and torch.tpu.memory_allocated() == before
+    del big
+    x = torch.arange(6.0, device="tpu")
+    torch.testing.assert_close((x * 2).cpu(), torch.arange(6.0) * 2)
