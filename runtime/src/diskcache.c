@@ -653,6 +653,7 @@ tpu_status_t* tpu_disk_blob_load(const char* name, size_t name_len, uint8_t** ou
   }
   memmove(data, payload, len); /* the caller owns one block: the payload at its start */
   tpu_metric_add(TPU_METRIC_TRACE_CACHE_HITS, 1);
+  tpu_metric_add(TPU_METRIC_DISK_CACHE_BYTES_READ, (int64_t)size);
   *out_data = data;
   *out_len = len;
   return NULL;
@@ -671,5 +672,6 @@ void tpu_disk_blob_store(const char* name, size_t name_len, const void* data, si
     tpu_status_free(status);
     return;
   }
+  tpu_metric_add(TPU_METRIC_DISK_CACHE_BYTES_WRITTEN, (int64_t)(len + TPU_DISK_HEADER_BYTES));
   account_store(cfg, (int64_t)(len + TPU_DISK_HEADER_BYTES));
 }

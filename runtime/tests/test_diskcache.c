@@ -413,9 +413,13 @@ TEST(disk_blobs_round_trip_by_name) {
   tpu_status_t* status = tpu_disk_blob_load(kName, strlen(kName), &data, &len);
   EXPECT(status && tpu_status_code(status) == TPU_NOT_FOUND && !data && len == 0);
   tpu_status_free(status);
+  int64_t w0 = tpu_metric_get(TPU_METRIC_DISK_CACHE_BYTES_WRITTEN);
+  int64_t r0 = tpu_metric_get(TPU_METRIC_DISK_CACHE_BYTES_READ);
   tpu_disk_blob_store(kName, strlen(kName), kData, sizeof kData);
   ASSERT_OK(tpu_disk_blob_load(kName, strlen(kName), &data, &len));
   EXPECT(len == sizeof kData && memcmp(data, kData, len) == 0);
+  EXPECT_EQ_INT(tpu_metric_get(TPU_METRIC_DISK_CACHE_BYTES_WRITTEN) - w0, TPU_DISK_HEADER_BYTES + sizeof kData);
+  EXPECT_EQ_INT(tpu_metric_get(TPU_METRIC_DISK_CACHE_BYTES_READ) - r0, TPU_DISK_HEADER_BYTES + sizeof kData);
   free(data);
   status = tpu_disk_blob_load(kOther, strlen(kOther), &data, &len);
   EXPECT(status && tpu_status_code(status) == TPU_NOT_FOUND);
