@@ -149,10 +149,9 @@ def _describe(t: torch.Tensor):
 
 def _fake(m: _TensorMeta):
     """A fake tensor (under the caller's fake mode) with m's metadata."""
-    if m.offset == 0:
-        return torch.empty_strided(m.shape, m.stride, dtype=m.dtype, device=m.device)
-    extent = m.offset + 1 + sum((n - 1) * st for n, st in zip(m.shape, m.stride)) if all(m.shape) else m.offset
-    return torch.empty(extent, dtype=m.dtype, device=m.device).as_strided(m.shape, m.stride, m.offset)
+    from torch._prims_common import compute_required_storage_length
+    n = compute_required_storage_length(m.shape, m.stride, m.offset)
+    return torch.empty(n, dtype=m.dtype, device=m.device).as_strided(m.shape, m.stride, m.offset)
 
 
 def _val_key(key: str) -> bool:

@@ -36,7 +36,7 @@ import warnings
 import torch
 import torch.fx
 
-from . import _C
+from . import _C, _trace_cache
 from ._host_ops import HostOps, cpu_scalars
 
 __all__ = ["backend", "stats"]
@@ -602,7 +602,6 @@ def backend(gm, example_inputs, **kwargs):
     if _BACKEND is None:
         from torch._dynamo.backends.common import aot_autograd
         from torch._functorch.partitioners import min_cut_rematerialization_partition
-        from . import _trace_cache
         traced = _trace_cache.compiler(compile_graph, _is_collective)
         _BACKEND = aot_autograd(fw_compiler=traced, bw_compiler=traced,
                                 partition_fn=min_cut_rematerialization_partition,
@@ -610,6 +609,5 @@ def backend(gm, example_inputs, **kwargs):
                                 # input mutations: the program writes them (graph.alias)
                                 keep_inference_input_mutations=True,
                                 decompositions=decompositions())
-    from ._trace_cache import active
-    with active():
+    with _trace_cache.active():
         return _BACKEND(gm, example_inputs, **kwargs)

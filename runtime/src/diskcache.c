@@ -124,12 +124,17 @@ static void hash_plugin_file(tpu_sha256_t* h, const PJRT_Api* api) {
 
 /* Everything but the program and its options: the torchtpu version (a changed
  * lowering must not hit old entries), the format, and the plugin's identity. */
-static void hash_prefix(tpu_sha256_t* h, const PJRT_Api* api) {
+/* What every key starts with: its kind of entry, the torchtpu version and the format. */
+static void hash_head(tpu_sha256_t* h, const char* kind) {
   tpu_sha256_init(h);
-  hash_str(h, "torchtpu compile cache");
+  hash_str(h, kind);
   hash_str(h, TORCHTPU_VERSION);
   uint32_t format = TPU_DISK_FORMAT_VERSION;
   hash_field(h, &format, sizeof format);
+}
+
+static void hash_prefix(tpu_sha256_t* h, const PJRT_Api* api) {
+  hash_head(h, "torchtpu compile cache");
   hash_str(h, tpu_runtime_platform_name());
   hash_str(h, tpu_runtime_platform_version());
   int version[2] = {0, 0};
@@ -583,30 +588,41 @@ static tpu_status_t* serialize(const PJRT_Api* api, PJRT_LoadedExecutable* loade
   return status;
 }
 
+/* Later stores would fail the same way (no Executable_Serialize, an unwritable
+ * directory): `off` stops them (lookups go on, so a read-only, pre-filled
+ * directory still serves). Counted and warned once. */
+static void stop_storing(atomic_bool* off, const char* what, tpu_status_t* status) {
+  atomic_store(off, true);
+  tpu_metric_add(TPU_METRIC_DISK_CACHE_ERRORS, 1);
+  warn_once(what, status);
+  tpu_status_free(status);
+}
+
+/* Writes the entry of `key` and accounts for its bytes. */
+static void store_entry(const disk_config_t* cfg, const tpu_disk_key_t* key, const void* data, size_t len,
+                        atomic_bool* off) {
+  tpu_status_t* status = tpu_disk_entry_write(cfg->dir, key, data, len);
+  if (status) {
+    stop_storing(off, "cannot write entries", status);
+    return;
+  }
+  const int64_t written = (int64_t)(len + TPU_DISK_HEADER_BYTES);
+  tpu_metric_add(TPU_METRIC_DISK_CACHE_BYTES_WRITTEN, written);
+  account_store(cfg, written);
+}
+
 void tpu_disk_cache_store(const PJRT_Api* api, const tpu_disk_key_t* key,
                           PJRT_LoadedExecutable* loaded) {
   const disk_config_t* cfg = config();
   if (!cfg->dir || !api || !loaded || atomic_load(&g_store_off)) return;
   serialized_t s;
   tpu_status_t* status = serialize(api, loaded, &s);
-  const char* what = "the plugin cannot serialize executables";
-  if (!status) {
-    status = tpu_disk_entry_write(cfg->dir, key, s.bytes, s.size);
-    what = "cannot write entries";
-  }
-  size_t written = s.size + TPU_DISK_HEADER_BYTES;
-  serialized_free(api, &s);
   if (status) {
-    /* Later stores would fail the same way: stop trying (lookups go on, so a
-     * read-only, pre-filled directory still serves). */
-    atomic_store(&g_store_off, true);
-    tpu_metric_add(TPU_METRIC_DISK_CACHE_ERRORS, 1);
-    warn_once(what, status);
-    tpu_status_free(status);
+    stop_storing(&g_store_off, "the plugin cannot serialize executables", status);
     return;
   }
-  tpu_metric_add(TPU_METRIC_DISK_CACHE_BYTES_WRITTEN, (int64_t)written);
-  account_store(cfg, (int64_t)written);
+  store_entry(cfg, key, s.bytes, s.size, &g_store_off);
+  serialized_free(api, &s);
 }
 
 /* ---- blobs: entries the Python side fills (traced graphs) ---- */
@@ -619,11 +635,7 @@ static atomic_bool g_blob_store_off;
  * built from it are keyed as usual). "blob" keeps blob and executable keys apart. */
 static void blob_key(const char* name, size_t name_len, tpu_disk_key_t* out_key) {
   tpu_sha256_t h;
-  tpu_sha256_init(&h);
-  hash_str(&h, "torchtpu compile cache blob");
-  hash_str(&h, TORCHTPU_VERSION);
-  uint32_t format = TPU_DISK_FORMAT_VERSION;
-  hash_field(&h, &format, sizeof format);
+  hash_head(&h, "torchtpu compile cache blob");
   hash_field(&h, name, name_len);
   tpu_sha256_final(&h, out_key->bytes);
 }
@@ -664,14 +676,5 @@ void tpu_disk_blob_store(const char* name, size_t name_len, const void* data, si
   if (!cfg->dir || !cfg->blobs || atomic_load(&g_blob_store_off)) return;
   tpu_disk_key_t key;
   blob_key(name, name_len, &key);
-  tpu_status_t* status = tpu_disk_entry_write(cfg->dir, &key, data, len);
-  if (status) {
-    atomic_store(&g_blob_store_off, true); /* an unwritable directory: stop trying */
-    tpu_metric_add(TPU_METRIC_DISK_CACHE_ERRORS, 1);
-    warn_once("cannot write entries", status);
-    tpu_status_free(status);
-    return;
-  }
-  tpu_metric_add(TPU_METRIC_DISK_CACHE_BYTES_WRITTEN, (int64_t)(len + TPU_DISK_HEADER_BYTES));
-  account_store(cfg, (int64_t)(len + TPU_DISK_HEADER_BYTES));
+  store_entry(cfg, &key, data, len, &g_blob_store_off);
 }
