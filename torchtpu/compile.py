@@ -41,7 +41,7 @@ from ._host_ops import HostOps, cpu_scalars
 
 __all__ = ["backend", "stats"]
 
-_STATS = {"graphs": 0, "fallbacks": 0}
+_STATS = {"graphs": 0, "fallbacks": 0, "prepare_failures": 0}
 
 
 def _programs_cap() -> int:
@@ -436,6 +436,39 @@ class _Program:
         inverse = sorted(range(val.dim()), key=lambda d: perm[d])
         return _C.GraphValue(self.graph.apply("aten::permute", "", [v, perm], 1)), inverse
 
+    def prepare(self, example_inputs):
+        """Starts the program the first run will build on the runtime's background
+        thread (docs/compile.md), so that run waits only for what is left of its
+        compile while the caller goes on: AOTAutograd compiles the backward graph
+        right after the forward one, Dynamo finishes the frame. Each tensor input
+        is described by its fake example's layout; a run with other layouts builds
+        its own program, as it would without this."""
+        from .device_module import current_device
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+        with unset_fake_temporarily():  # AOTAutograd may call the compiler under its fake mode
+            self._prepare(example_inputs, current_device)
+
+    def _prepare(self, example_inputs, current_device):
+        names = [n.name for n in sorted(self.input_index, key=self.input_index.get)]
+        backward = any(name.startswith("tangents") for name in names)  # AOTAutograd's naming
+        device, inputs = None, []
+        for ex, kind, name in zip(example_inputs, self.example_kinds, names):
+            if kind == "tensor":
+                device = ex.device.index if device is None else device
+                inputs.append(_layout(ex, backward and not name.startswith("tangents")))
+            elif isinstance(ex, torch.Tensor):  # a cpu scalar: its dtype is what the program sees
+                inputs.append(torch.zeros((), dtype=ex.dtype))
+            elif isinstance(ex, torch.SymInt):  # a runtime operand: any value of its kind
+                inputs.append(0)
+            else:
+                inputs.append(ex)
+        inputs += self.constants
+        inputs += [torch.zeros((), dtype=node.meta["val"].dtype) for node in self.host.feeds]
+        try:
+            self.graph.prepare(inputs, current_device() if device is None else device)
+        except RuntimeError:  # only a head start is lost: the first run lowers it again and reports
+            _STATS["prepare_failures"] += 1
+
     def __call__(self, args):
         host = self.host.run(args) if self.host.ops else {}
         feeds = [host[node] for node in self.host.feeds]
@@ -455,6 +488,21 @@ class _Program:
             else:
                 out.append(args[x] if kind == "input" else x)
         return out
+
+
+def _layout(ex, saved):
+    """How tensor input `ex` (a fake example) will reach a program, for prepare():
+    (dtype, sizes, strides, storage offset, storage bytes). A backward graph's
+    saved activation (`saved`) that is a view inside its storage (a slice of a
+    fused projection) comes from the forward program as a tensor of its own:
+    contiguous, or in its memory order when dense (_Program._memory_order)."""
+    from torch._prims_common import is_non_overlapping_and_dense_or_false as dense, make_contiguous_strides_for
+    nbytes = ex.untyped_storage().nbytes()
+    own = ex.numel() * ex.element_size()
+    if not saved or (ex.storage_offset() == 0 and nbytes == own and dense(ex)):
+        return (ex.dtype, list(ex.shape), list(ex.stride()), ex.storage_offset(), nbytes)
+    strides = ex.stride() if dense(ex) else make_contiguous_strides_for(ex.shape)
+    return (ex.dtype, list(ex.shape), list(strides), 0, own)
 
 
 def _fallback_eager(gm, reason):
@@ -587,6 +635,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, count=True):
         if not symbolic:
             return _fallback_eager(gm, str(e))
         program = None  # a symbolic int is needed as a size: fix it per call
+    if program is not None and not any(isinstance(ex, torch.Tensor) and _symbolic(ex) for ex in example_inputs):
+        program.prepare(example_inputs)  # static sizes: the first run's layouts are known
     if symbolic:
         return _PerSizes(gm, example_inputs, program)
     program._boxed_call = True

@@ -23,6 +23,7 @@ struct tpu_cache_entry {
   size_t weight;   /* what the table counts for it... */
   bool weighed;    /* ...final once its executable is compiled (a lazy one weighs 1 until then) */
   atomic_int refs; /* the table holds one */
+  atomic_bool prepared; /* compiled ahead of its first run, which has not come yet */
   tpu_cache_entry_t* next; /* bucket chain */
   tpu_cache_entry_t* lru_prev;
   tpu_cache_entry_t* lru_next;
@@ -129,6 +130,10 @@ void tpu_cache_entry_release(tpu_cache_entry_t* e) {
 
 const tpu_compiled_t* tpu_cache_entry_compiled(const tpu_cache_entry_t* e) { return &e->compiled; }
 
+void tpu_cache_entry_mark_prepared(tpu_cache_entry_t* e) { atomic_store(&e->prepared, true); }
+
+bool tpu_cache_entry_take_prepared(tpu_cache_entry_t* e) { return atomic_exchange(&e->prepared, false); }
+
 static void tpu_lru_unlink(tpu_cache_entry_t* e) {
   if (e->lru_prev) e->lru_prev->lru_next = e->lru_next;
   else tpu_lru_head = e->lru_next;
@@ -203,6 +208,7 @@ tpu_status_t* tpu_cache_insert(const uint8_t* key, size_t len, uint64_t hash, tp
   e->compiled = *compiled;
   memset(compiled, 0, sizeof(*compiled));
   atomic_init(&e->refs, 2); /* the table's and the caller's */
+  atomic_init(&e->prepared, false);
   tpu_cache_entry_t* evicted = NULL; /* chained through lru_next once unlinked */
   pthread_mutex_lock(&tpu_cache_mu);
   tpu_cache_entry_t* existing = tpu_cache_find_locked(key, len, hash);

@@ -2,6 +2,7 @@
 #ifndef TORCHTPU_SRC_CACHE_H_
 #define TORCHTPU_SRC_CACHE_H_
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -29,6 +30,10 @@ tpu_cache_entry_t* tpu_cache_lookup(const uint8_t* key, size_t len, uint64_t has
 tpu_status_t* tpu_cache_insert(const uint8_t* key, size_t len, uint64_t hash, tpu_compiled_t* compiled,
                                tpu_cache_entry_t** out_entry);
 const tpu_compiled_t* tpu_cache_entry_compiled(const tpu_cache_entry_t* e);
+/* An entry inserted ahead of its first run (tpu_exec_prepare_program) is marked
+ * prepared; the first lookup that finds it takes the mark (true once). */
+void tpu_cache_entry_mark_prepared(tpu_cache_entry_t* e);
+bool tpu_cache_entry_take_prepared(tpu_cache_entry_t* e);
 void tpu_cache_entry_release(tpu_cache_entry_t* e);
 void tpu_compiled_destroy(tpu_compiled_t* c);
 uint64_t tpu_hash_bytes(const uint8_t* data, size_t len);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "background.h"
 #include "check.h"
 #include "device.h"
 #include "pjrt/pjrt.h"
@@ -144,6 +145,7 @@ void tpu_runtime_shutdown(void) {
   pthread_mutex_lock(&g_mu);
   if (atomic_load_explicit(&g_ready, memory_order_relaxed)) {
     /* Work still running would touch the client we are about to destroy. */
+    tpu_background_drain();
     tpu_status_free(tpu_runtime_synchronize());
     tpu_check_release_all();
     atomic_store_explicit(&g_ready, false, memory_order_release);

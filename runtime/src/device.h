@@ -103,6 +103,11 @@ tpu_status_t* tpu_executable_compile(const char* mlir, size_t len, int nouts,
 tpu_status_t* tpu_executable_create_lazy(const char* mlir, size_t len, int nouts, tpu_executable_t** out_exe);
 /* Compiles a lazy executable now (no-op once compiled): its compile error, if any. */
 tpu_status_t* tpu_executable_load(tpu_executable_t* exe);
+/* Starts tpu_executable_load on the background thread (background.h), which
+ * holds a reference meanwhile; a launch that comes first waits for it, or
+ * compiles itself if it has not started. A failed background compile is
+ * dropped: the launch compiles again and reports the error as its own. */
+tpu_status_t* tpu_executable_load_async(tpu_executable_t* exe);
 /* Executables are reference counted: destroy drops one reference. */
 tpu_executable_t* tpu_executable_retain(tpu_executable_t* exe);
 void tpu_executable_destroy(tpu_executable_t* exe);

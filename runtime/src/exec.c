@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "background.h"
 #include "cache.h"
 #include "check.h"
 #include "key.h"
@@ -39,7 +40,34 @@ static bool arg_is_list(tpu_arg_kind_t kind) {
          kind == TPU_ARG_BOOL_LIST || kind == TPU_ARG_VALUE_LIST;
 }
 
-static tpu_status_t* tpu_snapshot_take(int device, const tpu_arg_t* args, int nargs, tpu_snapshot_t* s) {
+/* The buffer a storage not written yet is expected to hold when a program
+ * prepared for it runs (tpu_exec_prepare_program): what an op's result leaves.
+ * A view that covers the storage densely is the result itself, in its memory
+ * order (dims by decreasing stride, as compile.py's outputs come out of their
+ * program); anything else sees the storage flat. */
+static tpu_aval_t tpu_guess_buffer_aval(const tpu_tensor_t* t, size_t nbytes) {
+  int64_t elems = (int64_t)(nbytes / tpu_dtype_size(t->dtype));
+  tpu_aval_t flat = tpu_aval_make(t->dtype, 1, &elems);
+  if (t->offset != 0 || tpu_tensor_numel(t) != elems) return flat;
+  int perm[TPU_MAX_RANK];
+  for (int d = 0; d < t->rank; ++d) { /* a stable sort by decreasing stride */
+    int k = d;
+    for (; k > 0 && t->strides[perm[k - 1]] < t->strides[d]; --k) perm[k] = perm[k - 1];
+    perm[k] = d;
+  }
+  int64_t dims[TPU_MAX_RANK], expect = 1;
+  for (int k = t->rank - 1; k >= 0; --k) {
+    int64_t size = t->sizes[perm[k]];
+    if (size != 1 && t->strides[perm[k]] != expect) return flat;
+    expect *= size;
+    dims[k] = size;
+  }
+  return tpu_aval_make(t->dtype, t->rank, dims);
+}
+
+/* `guess`: a storage without a buffer stands for one that will have one
+ * (tpu_guess_buffer_aval), not for zeros; such a snapshot is never launched. */
+static tpu_status_t* tpu_snapshot_take(int device, const tpu_arg_t* args, int nargs, bool guess, tpu_snapshot_t* s) {
   s->nviews = 0;
   s->views = s->small_views;
   s->view_base = s->small_base;
@@ -94,8 +122,11 @@ static tpu_status_t* tpu_snapshot_take(int device, const tpu_arg_t* args, int na
       }
       v->buffer = tpu_storage_buffer(t->storage);
       if (v->buffer) v->buffer_aval = *tpu_buffer_aval(v->buffer);
+      /* An empty storage is never written: it has no buffer to guess. */
+      bool guessed = guess && !v->buffer && nbytes > 0;
+      if (guessed) v->buffer_aval = tpu_guess_buffer_aval(t, nbytes);
       v->storage_elems = (int64_t)(nbytes / isz);
-      v->mode = tpu_view_classify(t, v->buffer);
+      v->mode = tpu_view_classify_aval(t, v->buffer || guessed ? &v->buffer_aval : NULL);
     }
   }
   return NULL;
@@ -196,9 +227,10 @@ static tpu_status_t* tpu_exec_keep(tpu_builder_t* b, const tpu_op_t* op, int nou
   return NULL;
 }
 
+/* `lazy`: the executable compiles at its first launch or load, not now. */
 static tpu_status_t* tpu_exec_lower(const char* name, const char* overload, tpu_lower_fn_t fn,
                                     const void* program, const tpu_arg_t* args, int nargs, int max_outs,
-                                    tpu_snapshot_t* s, uint64_t hash, tpu_compiled_t* out) {
+                                    tpu_snapshot_t* s, uint64_t hash, bool lazy, tpu_compiled_t* out) {
   memset(out, 0, sizeof(*out));
   if (max_outs < 0) max_outs = 0;
   tpu_builder_t* b = NULL;
@@ -222,9 +254,9 @@ static tpu_status_t* tpu_exec_lower(const char* name, const char* overload, tpu_
     tpu_dump_module(name, hash, text);
     /* Fused eager mode only records an op (fuse.c): it compiles if it ever runs
      * alone. A whole program always runs alone (tpu_executable_set_standalone). */
-    st = tpu_runtime_eager_mode() == TPU_EAGER_FUSED && !program
-             ? tpu_executable_create_lazy(text, strlen(text), nouts, &out->exe)
-             : tpu_executable_compile(text, strlen(text), nouts, &out->exe);
+    lazy = lazy || (tpu_runtime_eager_mode() == TPU_EAGER_FUSED && !program);
+    st = lazy ? tpu_executable_create_lazy(text, strlen(text), nouts, &out->exe)
+              : tpu_executable_compile(text, strlen(text), nouts, &out->exe);
     if (!st && program) tpu_executable_set_standalone(out->exe);
     if (st) st = tpu_status_annotate(st, "compiling aten::%s%s%s", name, *overload ? "." : "", overload);
   }
@@ -383,12 +415,30 @@ typedef struct tpu_exec_req {
   const tpu_arg_t* args;
   int nargs;
   int max_outs;
+  bool prepare; /* build the compiled form ahead of its first run; launch nothing */
 } tpu_exec_req_t;
 
+/* A miss of a prepare request (tpu_exec_prepare_program): the lazy entry it
+ * inserted is compiled on the background thread and marked for its first run. */
+static void tpu_exec_prepared(tpu_cache_entry_t* e, const tpu_executable_t* ours) {
+  tpu_executable_t* exe = tpu_cache_entry_compiled(e)->exe;
+  if (exe != ours) return; /* another thread inserted this key first: it is theirs */
+  tpu_status_t* st = tpu_executable_load_async(exe);
+  if (st) { /* no background thread: the first launch compiles it */
+    tpu_status_free(st);
+    return;
+  }
+  tpu_cache_entry_mark_prepared(e);
+  tpu_metric_add(TPU_METRIC_PREPARED_PROGRAMS, 1);
+}
+
 /* The compiled form for this request and snapshot: from the cache, or lowered,
- * compiled and inserted. Returns a referenced entry. */
-static tpu_status_t* tpu_exec_entry(const tpu_exec_req_t* r, tpu_snapshot_t* s, tpu_cache_entry_t** out_entry) {
+ * compiled and inserted. Returns a referenced entry; out_fresh: whether this
+ * request built it or is the first to run one prepared for it. */
+static tpu_status_t* tpu_exec_entry(const tpu_exec_req_t* r, tpu_snapshot_t* s, bool* out_fresh,
+                                    tpu_cache_entry_t** out_entry) {
   *out_entry = NULL;
+  *out_fresh = false;
   tpu_key_t k;
   tpu_key_init(&k);
   if (r->program) tpu_key_put(&k, r->program->key, r->program->key_len);
@@ -396,16 +446,23 @@ static tpu_status_t* tpu_exec_entry(const tpu_exec_req_t* r, tpu_snapshot_t* s, 
   tpu_status_t* st = k.oom ? TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "out of host memory") : NULL;
   uint64_t hash = st ? 0 : tpu_hash_bytes(k.data, k.len);
   if (!st) *out_entry = tpu_cache_lookup(k.data, k.len, hash);
-  if (!st && *out_entry) {
+  if (!st && *out_entry && !r->prepare) { /* a prepare request that finds its entry has nothing to do */
     tpu_metric_add(TPU_METRIC_CACHE_HITS, 1);
     tpu_trace_mark(TPU_TRACE_CACHE_HIT, r->name);
-  } else if (!st) {
+    *out_fresh = tpu_cache_entry_take_prepared(*out_entry);
+    if (*out_fresh) tpu_metric_add(TPU_METRIC_PREPARED_HITS, 1);
+  } else if (!st && !*out_entry) {
     tpu_metric_add(TPU_METRIC_CACHE_MISSES, 1);
     tpu_trace_range_t range = tpu_trace_begin(TPU_TRACE_CACHE_MISS, r->name);
     tpu_compiled_t c;
     st = tpu_exec_lower(r->name, r->overload, r->fn, r->program ? r->program->program : NULL, r->args, r->nargs,
-                        r->max_outs, s, hash, &c);
+                        r->max_outs, s, hash, r->prepare, &c);
+    /* held across the insert, which destroys c when another thread's entry wins */
+    tpu_executable_t* ours = st ? NULL : tpu_executable_retain(c.exe);
     if (!st) st = tpu_cache_insert(k.data, k.len, hash, &c, out_entry);
+    if (!st && r->prepare) tpu_exec_prepared(*out_entry, ours);
+    tpu_executable_destroy(ours);
+    *out_fresh = !st;
     tpu_trace_end(range);
   }
   tpu_key_free(&k);
@@ -471,15 +528,17 @@ static tpu_status_t* tpu_exec_launch(const tpu_exec_req_t* r, const tpu_compiled
   return st;
 }
 
-static tpu_status_t* tpu_exec_run_req(const tpu_exec_req_t* r, tpu_buffer_t** out_buffers, int* out_nouts) {
+static tpu_status_t* tpu_exec_run_req(const tpu_exec_req_t* r, tpu_buffer_t** out_buffers, int* out_nouts,
+                                      bool* out_fresh) {
   *out_nouts = 0;
+  *out_fresh = false;
   if (!tpu_runtime_initialized()) return TPU_STATUS(TPU_FAILED_PRECONDITION, "torchtpu runtime is not initialised");
   TPU_RETURN_IF_ERROR(tpu_runtime_check_device(r->device));
   tpu_snapshot_t s;
-  TPU_RETURN_IF_ERROR(tpu_snapshot_take(r->device, r->args, r->nargs, &s));
+  TPU_RETURN_IF_ERROR(tpu_snapshot_take(r->device, r->args, r->nargs, r->prepare, &s));
   tpu_cache_entry_t* entry = NULL;
-  tpu_status_t* st = tpu_exec_entry(r, &s, &entry);
-  if (!st) {
+  tpu_status_t* st = tpu_exec_entry(r, &s, out_fresh, &entry);
+  if (!st && !r->prepare) {
     st = tpu_exec_launch(r, tpu_cache_entry_compiled(entry), &s, out_buffers, out_nouts);
     tpu_metric_add(TPU_METRIC_OPS_EXECUTED, 1);
   }
@@ -495,13 +554,23 @@ tpu_status_t* tpu_exec_run(const char* name, const char* overload, tpu_lower_fn_
   bool summed = (flags & TPU_LOWER_DATA_SUM) && nargs >= 2 && args[1].kind == TPU_ARG_NONE;
   if ((flags & TPU_LOWER_DATA_RANGE) || summed)
     return tpu_exec_run_ranged(name, overload, fn, flags, device, args, nargs, max_outs, out_buffers, out_nouts);
-  tpu_exec_req_t r = {name, overload ? overload : "", fn, flags, NULL, device, args, nargs, max_outs};
-  return tpu_exec_run_req(&r, out_buffers, out_nouts);
+  tpu_exec_req_t r = {name, overload ? overload : "", fn, flags, NULL, device, args, nargs, max_outs, false};
+  bool fresh;
+  return tpu_exec_run_req(&r, out_buffers, out_nouts, &fresh);
 }
 
 tpu_status_t* tpu_exec_run_program(const char* name, tpu_lower_fn_t fn, const tpu_exec_program_t* program,
                                    int device, const tpu_arg_t* args, int nargs, int max_outs,
-                                   tpu_buffer_t** out_buffers, int* out_nouts) {
-  tpu_exec_req_t r = {name, "", fn, 0, program, device, args, nargs, max_outs};
-  return tpu_exec_run_req(&r, out_buffers, out_nouts);
+                                   tpu_buffer_t** out_buffers, int* out_nouts, bool* out_fresh) {
+  tpu_exec_req_t r = {name, "", fn, 0, program, device, args, nargs, max_outs, false};
+  return tpu_exec_run_req(&r, out_buffers, out_nouts, out_fresh);
+}
+
+tpu_status_t* tpu_exec_prepare_program(const char* name, tpu_lower_fn_t fn, const tpu_exec_program_t* program,
+                                       int device, const tpu_arg_t* args, int nargs, int max_outs) {
+  if (!tpu_background_enabled()) return NULL;
+  tpu_exec_req_t r = {name, "", fn, 0, program, device, args, nargs, max_outs, true};
+  int nouts = 0;
+  bool fresh = false;
+  return tpu_exec_run_req(&r, NULL, &nouts, &fresh);
 }

@@ -30,6 +30,8 @@ typedef struct tpu_view_arg {
 } tpu_view_arg_t;
 
 tpu_view_mode_t tpu_view_classify(const tpu_tensor_t* t, const tpu_buffer_t* buffer);
+/* The same for a buffer of aval `ba` (NULL: never written). */
+tpu_view_mode_t tpu_view_classify_aval(const tpu_tensor_t* t, const tpu_aval_t* ba);
 
 /* ---- parameter plan of a compiled op ---- */
 typedef enum tpu_param_kind {
@@ -143,10 +145,19 @@ typedef struct tpu_exec_program {
   size_t key_len;
 } tpu_exec_program_t;
 /* Runs a program through the same cache and launch path as an op; `args` are
- * its inputs, `fn` lowers it (on a miss) with op->program set. */
+ * its inputs, `fn` lowers it (on a miss) with op->program set. out_fresh: this
+ * run built the program, or is the first to run one prepared for it. */
 tpu_status_t* tpu_exec_run_program(const char* name, tpu_lower_fn_t fn, const tpu_exec_program_t* program,
                                    int device, const tpu_arg_t* args, int nargs, int max_outs,
-                                   tpu_buffer_t** out_buffers, int* out_nouts);
+                                   tpu_buffer_t** out_buffers, int* out_nouts, bool* out_fresh);
+/* Lowers the program a later tpu_exec_run_program with these arguments would
+ * run, puts it in the cache and compiles it on the background thread, and
+ * returns (a no-op when the cache has it, or TORCHTPU_BACKGROUND_COMPILE=0).
+ * Tensor arguments whose storage was never written stand for storages that will
+ * hold an op's result (tpu_guess_buffer_aval in exec.c): when the real inputs
+ * differ, the run misses and builds its own program. */
+tpu_status_t* tpu_exec_prepare_program(const char* name, tpu_lower_fn_t fn, const tpu_exec_program_t* program,
+                                       int device, const tpu_arg_t* args, int nargs, int max_outs);
 
 /* Wraps output buffers (all consumed, also on error) as result storages on
  * `device`; a TPU_LOWER_DYNAMIC_SHAPE op's results are trimmed by `lengths`

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "background.h"
 #include "codemaps.h"
 #include "device.h"
 #include "diskcache.h"
@@ -376,6 +377,16 @@ tpu_status_t* tpu_executable_load(tpu_executable_t* exe) {
   if (!exe) return TPU_STATUS(TPU_INVALID_ARGUMENT, "executable is NULL");
   PJRT_LoadedExecutable* loaded = NULL;
   return executable_loaded(exe, &loaded);
+}
+
+static void load_quietly(void* exe) { tpu_status_free(tpu_executable_load(exe)); }
+static void release(void* exe) { tpu_executable_destroy(exe); }
+
+tpu_status_t* tpu_executable_load_async(tpu_executable_t* exe) {
+  if (!exe) return TPU_STATUS(TPU_INVALID_ARGUMENT, "executable is NULL");
+  tpu_status_t* st = tpu_background_submit(load_quietly, release, tpu_executable_retain(exe));
+  if (st) tpu_executable_destroy(exe); /* the job's reference */
+  return st;
 }
 
 tpu_status_t* tpu_executable_compile(const char* mlir, size_t len, int nouts,

@@ -82,11 +82,6 @@ static tpu_status_t* tpu_graph_lower(tpu_builder_t* b, tpu_op_t* op, int max_out
   if (!st) tpu_graph_mark_donations(b, op, g, outs);
   if (!st) *out_nouts = g->nresults;
   free(vals);
-  if (!st) {
-    tpu_graph_t* counted = (tpu_graph_t*)op->program; /* graphs are created mutable; the op holds them const */
-    tpu_metric_add(TPU_METRIC_GRAPH_COMPILES, 1);
-    if (counted->nprograms++ > 0) tpu_metric_add(TPU_METRIC_GRAPH_RECOMPILES, 1);
-  }
   return st;
 }
 
@@ -140,20 +135,40 @@ static tpu_status_t* tpu_graph_write_back(const tpu_graph_t* g, const tpu_arg_t*
   return NULL;
 }
 
+/* The graph as the executor's program: its id joins the cache key. */
+#define TPU_GRAPH_KEY_BYTES 16
+static tpu_exec_program_t tpu_graph_program(const tpu_graph_t* g, uint8_t key[TPU_GRAPH_KEY_BYTES]) {
+  memcpy(key, "graph\0\0\0", 8);
+  memcpy(key + 8, &g->id, sizeof(g->id));
+  return (tpu_exec_program_t){g, key, TPU_GRAPH_KEY_BYTES};
+}
+
+tpu_status_t* tpu_graph_prepare(const tpu_graph_t* g, int device, const tpu_arg_t* inputs, int ninputs) {
+  TPU_RETURN_IF_ERROR(tpu_graph_check_inputs(g, inputs, ninputs));
+  uint8_t key[TPU_GRAPH_KEY_BYTES];
+  tpu_exec_program_t program = tpu_graph_program(g, key);
+  return tpu_exec_prepare_program("tpu.graph", tpu_graph_lower, &program, device, inputs, ninputs, g->noutputs);
+}
+
 tpu_status_t* tpu_graph_run(const tpu_graph_t* g, int device, const tpu_arg_t* inputs, int ninputs,
                             int max_results, tpu_result_t* out_results, int* out_nresults) {
   *out_nresults = 0;
   TPU_RETURN_IF_ERROR(tpu_graph_check_inputs(g, inputs, ninputs));
   if (max_results < g->noutputs)
     return TPU_STATUS(TPU_INVALID_ARGUMENT, "graph: room for %d results, it has %d", max_results, g->noutputs);
-  uint8_t key[16] = {'g', 'r', 'a', 'p', 'h', 0, 0, 0};
-  memcpy(key + 8, &g->id, sizeof(g->id));
-  tpu_exec_program_t program = {g, key, sizeof key};
+  uint8_t key[TPU_GRAPH_KEY_BYTES];
+  tpu_exec_program_t program = tpu_graph_program(g, key);
   tpu_buffer_t** bufs = calloc((size_t)(g->noutputs ? g->noutputs : 1), sizeof(*bufs));
   if (!bufs) return TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "graph: out of host memory");
   int n = 0;
+  bool fresh = false;
   tpu_status_t* st = tpu_exec_run_program("tpu.graph", tpu_graph_lower, &program, device, inputs, ninputs,
-                                          g->noutputs, bufs, &n);
+                                          g->noutputs, bufs, &n, &fresh);
+  if (fresh) { /* built now or prepared for this run: a program of this graph */
+    tpu_graph_t* counted = (tpu_graph_t*)g; /* graphs are created mutable; runs hold them const */
+    tpu_metric_add(TPU_METRIC_GRAPH_COMPILES, 1);
+    if (counted->nprograms++ > 0) tpu_metric_add(TPU_METRIC_GRAPH_RECOMPILES, 1);
+  }
   if (!st) st = tpu_op_results(device, 0, bufs, n, NULL, out_results); /* releases them itself on error */
   free(bufs);
   if (!st) st = tpu_graph_spread_results(g, device, out_results);

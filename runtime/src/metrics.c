@@ -43,6 +43,8 @@ static const char* const kNames[] = {
     [TPU_METRIC_DEFERRED_DESTROYS] = "donations_deferred",
     [TPU_METRIC_TRACE_CACHE_HITS] = "trace_cache_hits",
     [TPU_METRIC_TRACE_CACHE_MISSES] = "trace_cache_misses",
+    [TPU_METRIC_PREPARED_PROGRAMS] = "prepared_programs",
+    [TPU_METRIC_PREPARED_HITS] = "prepared_hits",
 };
 static_assert(sizeof kNames / sizeof kNames[0] == TPU_METRIC_COUNT, "one name per metric");
 

@@ -58,9 +58,12 @@ static bool tpu_window_plan(const tpu_tensor_t* t, tpu_window_t* w) {
 }
 
 tpu_view_mode_t tpu_view_classify(const tpu_tensor_t* t, const tpu_buffer_t* buffer) {
+  return tpu_view_classify_aval(t, buffer ? tpu_buffer_aval(buffer) : NULL);
+}
+
+tpu_view_mode_t tpu_view_classify_aval(const tpu_tensor_t* t, const tpu_aval_t* ba) {
   if (!t->storage) return TPU_VIEW_ABSENT;
-  if (!buffer) return TPU_VIEW_ZEROS;
-  const tpu_aval_t* ba = tpu_buffer_aval(buffer);
+  if (!ba) return TPU_VIEW_ZEROS;
   int64_t n = tpu_tensor_numel(t);
   if (t->offset == 0 && ba->dtype == t->dtype && tpu_aval_numel(ba) == n &&
       tpu_tensor_is_contiguous(t))

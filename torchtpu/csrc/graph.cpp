@@ -6,6 +6,7 @@
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/extension.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -162,6 +163,54 @@ py::list run(Graph& graph, const py::list& inputs) {
   return out;
 }
 
+// Starts the program a run with inputs like `inputs` would build (graph.h's
+// tpu_graph_prepare). Each input is as run()'s, or a layout tuple (dtype, sizes,
+// strides, storage_offset, storage_nbytes) standing for a tpu tensor that an op
+// will produce: it gets a storage never written, which holds no device memory.
+// `device`: where the run will be (every tensor input's device).
+void prepare(Graph& graph, const py::list& inputs, int device) {
+  struct Placeholders {  // released however the call ends
+    std::vector<tpu_storage_t*> s;
+    ~Placeholders() {
+      for (tpu_storage_t* p : s) tpu_storage_release(p);
+    }
+  } placeholders;
+  std::vector<tpu_arg_t> args;
+  std::vector<at::Tensor> resolved;
+  for (py::handle obj : inputs) {
+    if (!py::isinstance<py::tuple>(obj)) {
+      args.push_back(run_input(obj, &device, "graph input", &resolved));
+      continue;
+    }
+    auto t = obj.cast<py::tuple>();
+    TORCH_CHECK(t.size() == 5, "tpu.graph: a layout is (dtype, sizes, strides, storage_offset, storage_nbytes)");
+    auto sizes = t[1].cast<std::vector<int64_t>>();
+    auto strides = t[2].cast<std::vector<int64_t>>();
+    TORCH_CHECK(sizes.size() == strides.size() && sizes.size() <= TPU_MAX_RANK, "tpu.graph: layout of rank ",
+                sizes.size(), " with ", strides.size(), " strides");
+    tpu_arg_t arg;
+    std::memset(&arg, 0, sizeof(arg));
+    arg.kind = TPU_ARG_TENSOR;
+    arg.u.tensor.dtype = tpu_dtype_of(torch::python::detail::py_object_to_dtype(t[0]));
+    arg.u.tensor.rank = static_cast<int32_t>(sizes.size());
+    std::copy(sizes.begin(), sizes.end(), arg.u.tensor.sizes);
+    std::copy(strides.begin(), strides.end(), arg.u.tensor.strides);
+    arg.u.tensor.offset = t[3].cast<int64_t>();
+    const int64_t nbytes = t[4].cast<int64_t>();
+    TORCH_CHECK(nbytes >= 0, "tpu.graph: layout of a storage of ", nbytes, " bytes");
+    placeholders.s.push_back(nullptr);
+    check_status(tpu_storage_create(device, static_cast<size_t>(nbytes), &placeholders.s.back()), "tpu.graph");
+    arg.u.tensor.storage = placeholders.s.back();
+    args.push_back(arg);
+  }
+  tpu_status_t* st = nullptr;
+  {
+    py::gil_scoped_release nogil;  // lowering a large graph takes a while
+    st = tpu_graph_prepare(graph.g, device, args.data(), static_cast<int>(args.size()));
+  }
+  check_status(st, "tpu.graph");
+}
+
 }  // namespace
 
 void register_graph(py::module& m) {
@@ -191,7 +240,8 @@ void register_graph(py::module& m) {
       .def("alias",
            [](Graph& g, int output, int input) { check_status(tpu_graph_alias(g.g, output, input), "tpu.graph"); })
       .def_property_readonly("num_ops", [](const Graph& g) { return tpu_graph_num_ops(g.g); })
-      .def("run", &run);
+      .def("run", &run)
+      .def("prepare", &prepare, py::arg("inputs"), py::arg("device"));
 }
 
 }  // namespace torchtpu

@@ -15,7 +15,8 @@
  * Lowering and compiling happen on the first run for a given set of input
  * layouts (dtype, sizes, strides, and scalar kinds), through the executable
  * cache; a later run with the same layouts reuses the executable. Runs are
- * asynchronous like eager ops; errors of an op inside the graph name the op. */
+ * asynchronous like eager ops; errors of an op inside the graph name the op.
+ * tpu_graph_prepare starts that work earlier, on a background thread. */
 #ifndef TORCHTPU_GRAPH_H_
 #define TORCHTPU_GRAPH_H_
 
@@ -59,6 +60,16 @@ int tpu_graph_num_ops(const tpu_graph_t* g);
  * max_results must have room for them). */
 tpu_status_t* tpu_graph_run(const tpu_graph_t* g, int device, const tpu_arg_t* inputs, int ninputs,
                             int max_results, tpu_result_t* out_results, int* out_nresults);
+/* Lowers the program a run with inputs laid out like `inputs` would build, and
+ * compiles it (or loads it from the disk tier) on a background thread; returns
+ * at once. The first such run then only waits for what is left of that compile.
+ * A tensor input may be a storage never written (tpu_storage_create: no device
+ * memory) with the view the run will pass: it stands for one that an op's result
+ * will fill. Inputs laid out otherwise at run time build their own program, as
+ * without this call. A no-op when TORCHTPU_BACKGROUND_COMPILE is off or the
+ * program is already in the cache. The background thread compiles the
+ * program's text, never the graph: the graph may be destroyed meanwhile. */
+tpu_status_t* tpu_graph_prepare(const tpu_graph_t* g, int device, const tpu_arg_t* inputs, int ninputs);
 
 #ifdef __cplusplus
 }

@@ -106,6 +106,8 @@ typedef enum tpu_metric {
   TPU_METRIC_DEFERRED_DESTROYS, /* donated handles released before their execution finished (donation.c) */
   TPU_METRIC_TRACE_CACHE_HITS,   /* torch.compile graphs whose AOTAutograd result came from the disk tier (blobs) */
   TPU_METRIC_TRACE_CACHE_MISSES, /* ... and ones looked up but not there */
+  TPU_METRIC_PREPARED_PROGRAMS,  /* graph programs compiled on the background thread ahead of their first run (tpu_graph_prepare) */
+  TPU_METRIC_PREPARED_HITS,      /* first runs of a graph that found the program prepared for them */
   TPU_METRIC_COUNT
 } tpu_metric_t;
 const char* tpu_metric_name(tpu_metric_t m);
