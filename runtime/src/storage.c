@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "exec.h"
+#include "torchtpu/memory.h"
 
 struct tpu_storage {
   atomic_int refcount;
@@ -16,9 +17,28 @@ struct tpu_storage {
 /* One lock for all slots: held for a pointer swap only. */
 static pthread_mutex_t tpu_slot_mu = PTHREAD_MUTEX_INITIALIZER;
 
+/* A storage larger than the whole device fails at once, as CUDA fails at
+ * allocation: its buffer is made at the first write, which would fail only then
+ * (or, on the CPU plugin, be paged in until the kernel kills the process). Only
+ * requests of 1 GiB and more pay for the query (/proc/meminfo or the plugin). */
+static tpu_status_t* tpu_storage_check_fits(int device, size_t nbytes) {
+  if (nbytes < ((size_t)1 << 30)) return NULL;
+  int64_t free_bytes = 0, total = 0;
+  tpu_status_t* st = tpu_memory_info(device, &free_bytes, &total);
+  if (st) { /* no figure to check against: the write will tell */
+    tpu_status_free(st);
+    return NULL;
+  }
+  if (total <= 0 || nbytes <= (size_t)total) return NULL;
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  return TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "tried to allocate %.2f GiB (%zu bytes); tpu:%d has %.2f GiB in total",
+                    (double)nbytes / gib, nbytes, device, (double)total / gib);
+}
+
 tpu_status_t* tpu_storage_create(int device, size_t nbytes, tpu_storage_t** out_storage) {
   *out_storage = NULL;
   TPU_RETURN_IF_ERROR(tpu_runtime_check_device(device));
+  TPU_RETURN_IF_ERROR(tpu_storage_check_fits(device, nbytes));
   tpu_storage_t* s = calloc(1, sizeof(*s));
   if (!s) return TPU_STATUS(TPU_RESOURCE_EXHAUSTED, "storage: out of host memory");
   atomic_init(&s->refcount, 1);

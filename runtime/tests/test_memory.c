@@ -84,6 +84,20 @@ TEST(memory_info_is_the_plugins) {
   kit_release(&big);
 }
 
+TEST(storage_larger_than_the_device_fails_at_create) {
+  /* As CUDA at allocation: not at the first write. One that fits stays lazy. */
+  int64_t free_bytes = 0, total = 0;
+  ASSERT_OK(tpu_memory_info(0, &free_bytes, &total));
+  tpu_storage_t* s = NULL;
+  tpu_status_t* st = tpu_storage_create(0, (size_t)total + 1, &s);
+  EXPECT(s == NULL);
+  EXPECT(st && strstr(tpu_status_message(st), "tpu:0 has") != NULL);
+  EXPECT_CODE(st, TPU_RESOURCE_EXHAUSTED);
+  ASSERT_OK(tpu_storage_create(0, (size_t)1 << 30, &s)); /* checked, fits: no device memory yet */
+  EXPECT_EQ_INT((int64_t)tpu_storage_nbytes(s), (int64_t)1 << 30);
+  tpu_storage_release(s);
+}
+
 TEST(memory_bad_arguments) {
   tpu_memory_stats_t s = {.struct_size = sizeof s};
   EXPECT_CODE(tpu_memory_stats(-1, &s), TPU_INVALID_ARGUMENT);

@@ -84,31 +84,6 @@ namespace {
 
 void release_storage(void* ctx) { tpu_storage_release(static_cast<tpu_storage_t*>(ctx)); }
 
-std::string gib(double bytes) {
-  std::ostringstream os;
-  os.precision(2);
-  os << std::fixed << bytes / (1024.0 * 1024.0 * 1024.0) << " GiB";
-  return os.str();
-}
-
-// Device buffers are made at the first write, so a storage larger than the whole
-// device would fail only there (or, on the CPU plugin, be paged in until the
-// kernel kills the process). Raised here instead, as CUDA raises at allocation.
-// Only large requests pay for the query (/proc/meminfo or the plugin's stats).
-void check_fits(c10::DeviceIndex dev, size_t nbytes) {
-  constexpr size_t kCheckFrom = size_t{1} << 30;
-  if (nbytes < kCheckFrom) return;
-  int64_t free_bytes = 0, total = 0;
-  tpu_status_t* st = tpu_memory_info(dev, &free_bytes, &total);
-  if (st) {  // no figure to check against: the write will tell
-    tpu_status_free(st);
-    return;
-  }
-  TORCH_CHECK_WITH(OutOfMemoryError, total <= 0 || nbytes <= static_cast<size_t>(total),
-                   "tpu: out of tpu memory: tried to allocate ", gib(static_cast<double>(nbytes)), " (", nbytes,
-                   " bytes); tpu:", int(dev), " has ", gib(static_cast<double>(total)), " in total");
-}
-
 // A DeviceAllocator, so torch.accelerator's memory functions (and torch.tpu's
 // over them) read the runtime's per-device accounting (torchtpu/memory.h).
 struct TpuAllocator final : public c10::DeviceAllocator {
@@ -134,8 +109,7 @@ struct TpuAllocator final : public c10::DeviceAllocator {
     TORCH_CHECK(tpu_runtime_initialized(),
                 "tpu: the runtime is not initialised (import torchtpu first)");
     const c10::DeviceIndex dev = current_device();
-    check_fits(dev, nbytes);
-    tpu_storage_t* s = nullptr;
+    tpu_storage_t* s = nullptr;  // larger than the whole device: OutOfMemoryError here (storage.c)
     tpu_status_t* st = tpu_storage_create(dev, nbytes, &s);
     if (st) throw_status(st, "tpu: allocating " + std::to_string(nbytes) + " bytes");
     return make_data_ptr(s, dev);
