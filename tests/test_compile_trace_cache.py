@@ -24,6 +24,10 @@ import json, os
 import torch, torchtpu
 from torch._dynamo.utils import counters
 
+if os.environ.get("INDUCTOR_REGISTERED"):  # as a process that used Inductor first would have
+    from torch._inductor.codegen.common import init_backend_registration
+    init_backend_registration()
+
 def train(dev, compiled):
     torch.manual_seed(0)
     m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.LayerNorm(32), torch.nn.GELU(),
@@ -53,7 +57,7 @@ print(json.dumps({"metrics": torchtpu.metrics(), "aot": dict(counters["aot_autog
 
 def _trace_env(cache_dir, **extra):
     env = _env(cache_dir, **extra)
-    for k in ("TORCHTPU_TRACE_CACHE", "DYNAMIC"):
+    for k in ("TORCHTPU_TRACE_CACHE", "DYNAMIC", "INDUCTOR_REGISTERED"):
         if k not in extra:
             env.pop(k, None)
     return env
@@ -109,6 +113,17 @@ def test_warm_process_skips_aotautograd(warm):
     assert d["hits"] == c["misses"] and d["misses"] == 0
     assert d["aot_hits"] == c["misses"] and d["aot_misses"] == 0  # AOTAutograd traced nothing
     assert d["compiles"] == 0  # the programs rebuilt from the stored graphs are the same programs
+    assert w["losses"] == cold["losses"] and w["params"] == cold["params"]
+
+
+def test_key_ignores_whether_inductor_registered_its_devices(warm):
+    """The key does not import Inductor's code generators (docs/compile-cache.md):
+    a process where Inductor had registered its devices before finds the entries
+    of one where it had not."""
+    cache, cold = warm
+    w = run(cache, INDUCTOR_REGISTERED=1)
+    d = trace(w)
+    assert w["ok"] and d["hits"] == trace(cold)["misses"] and d["misses"] == 0 and d["compiles"] == 0
     assert w["losses"] == cold["losses"] and w["params"] == cold["params"]
 
 

@@ -101,7 +101,7 @@ def active():
     for name, fn in patches.items():
         setattr(AOTAutogradCache, name, fn)
     try:
-        with config:
+        with config, _without_inductor_codegen():
             yield
     finally:
         for name, fn in saved.items():
@@ -109,6 +109,26 @@ def active():
                 delattr(AOTAutogradCache, name)
             else:
                 setattr(AOTAutogradCache, name, fn)
+
+
+@contextlib.contextmanager
+def _without_inductor_codegen():
+    """The key's hash of Inductor's custom backend passes, without importing all of
+    Inductor's code generators to find them (init_backend_registration: 0.6-0.7 s
+    per process, a sixth of a warm first step). Those passes never run on a tpu
+    graph; the key hashes the ones a user registered (none, usually) whether or not
+    Inductor registered its own devices (all None) earlier in the process."""
+    import torch._inductor.codecache as codecache
+    if not hasattr(codecache, "init_backend_registration") or not hasattr(codecache, "custom_backend_passes"):
+        yield  # another torch: its key as it is
+        return
+    saved = codecache.init_backend_registration, codecache.custom_backend_passes
+    codecache.init_backend_registration = lambda: None
+    codecache.custom_backend_passes = {d: p for d, p in saved[1].items() if p is not None}
+    try:
+        yield
+    finally:
+        codecache.init_backend_registration, codecache.custom_backend_passes = saved
 
 
 def _inputs_meta(example_inputs):
