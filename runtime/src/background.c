@@ -29,7 +29,7 @@ static int g_threads; /* threads started and not ended */
 static int g_busy;    /* of them, running a job now */
 static int g_queued;  /* jobs waiting for a thread */
 static bool g_stop;   /* drain: end the threads */
-static bool g_atexit;  /* the exit drain is registered */
+static bool g_atexit;  /* the exit drain and the fork handlers are registered */
 
 bool tpu_background_enabled(void) {
   static atomic_int enabled = -1; /* read once; racing first readers agree */
@@ -64,6 +64,18 @@ static void* worker(void* unused) {
 
 static void drain_at_exit(void) { tpu_background_drain(); }
 
+/* fork() copies the counts but not the threads: the child starts with none
+ * (and its queue dropped), so its exit drain does not wait for threads that
+ * are not there. g_mu is held across the fork so the copy is consistent. */
+static void fork_prepare(void) { pthread_mutex_lock(&g_mu); }
+static void fork_parent(void) { pthread_mutex_unlock(&g_mu); }
+static void fork_child(void) {
+  g_head = g_tail = NULL; /* the parent's jobs: leaked, not run */
+  g_threads = g_busy = g_queued = 0;
+  g_stop = false;
+  pthread_mutex_unlock(&g_mu);
+}
+
 static int max_threads(void) {
   static atomic_int n = 0; /* read once */
   if (atomic_load(&n) == 0) {
@@ -89,7 +101,11 @@ static tpu_status_t* start_locked(void) {
   g_threads++;
   /* Registered after the plugin was loaded, so it runs before the plugin's own
    * exit handlers: a compile still running would use what they free. */
-  if (!g_atexit && atexit(drain_at_exit) == 0) g_atexit = true;
+  if (!g_atexit) { /* a failed registration loses only that safety */
+    g_atexit = true;
+    (void)atexit(drain_at_exit);
+    (void)pthread_atfork(fork_prepare, fork_parent, fork_child);
+  }
   return NULL;
 }
 

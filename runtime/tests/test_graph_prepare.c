@@ -2,8 +2,11 @@
  * threads before its first run, described by placeholder storages (never
  * written); the run that matches it compiles nothing, one that does not builds
  * its own; and the background queue drains. */
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "background.h"
 #include "kit.h"
@@ -135,5 +138,25 @@ TEST(graph_prepare_outlives_its_graph_and_drains) {
   EXPECT_EQ_INT(tpu_metric_get(TPU_METRIC_PREPARED_HITS) - hits, 1);
   kit_release(&x);
   kit_release(&base);
+  tpu_graph_destroy(g);
+}
+
+TEST(graph_prepare_forked_child_has_no_threads_to_wait_for) {
+  /* fork() copies the thread counts, not the threads: a child's drain (its
+   * exit) must return at once. The child gets 20 s before SIGALRM ends it. */
+  tpu_graph_t* g = NULL;
+  ASSERT_OK(gp_build(&g));
+  ASSERT_OK(gp_prepare(g)); /* the threads exist now */
+  pid_t pid = fork();
+  if (pid == 0) {
+    alarm(20);
+    tpu_background_drain();
+    _exit(0);
+  }
+  ASSERT(pid > 0);
+  int status = 0;
+  EXPECT(waitpid(pid, &status, 0) == pid);
+  EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  tpu_background_wait();
   tpu_graph_destroy(g);
 }
