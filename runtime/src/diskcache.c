@@ -518,6 +518,21 @@ static tpu_status_t* deserialize(const PJRT_Api* api, const uint8_t* payload, si
   return NULL;
 }
 
+/* Counts a read of an entry in `hit` or `miss` (an absent entry is a plain miss;
+ * a corrupt, foreign or unreadable one an error too) and frees `status`.
+ * Returns whether it was a hit. */
+static bool count_read(tpu_status_t* status, size_t size, tpu_metric_t hit, tpu_metric_t miss) {
+  if (status) {
+    if (tpu_status_code(status) != TPU_NOT_FOUND) tpu_metric_add(TPU_METRIC_DISK_CACHE_ERRORS, 1);
+    tpu_status_free(status);
+    tpu_metric_add(miss, 1);
+    return false;
+  }
+  tpu_metric_add(hit, 1);
+  tpu_metric_add(TPU_METRIC_DISK_CACHE_BYTES_READ, (int64_t)size);
+  return true;
+}
+
 PJRT_LoadedExecutable* tpu_disk_cache_load(const PJRT_Api* api, const tpu_disk_key_t* key) {
   const disk_config_t* cfg = config();
   if (!cfg->dir || !api || atomic_load(&g_load_off_api) == api) return NULL;
@@ -537,16 +552,7 @@ PJRT_LoadedExecutable* tpu_disk_cache_load(const PJRT_Api* api, const tpu_disk_k
     }
   }
   free(data);
-  if (status) {
-    /* Absent is a plain miss; anything else (corrupt, foreign, unreadable) an error too. */
-    if (tpu_status_code(status) != TPU_NOT_FOUND) tpu_metric_add(TPU_METRIC_DISK_CACHE_ERRORS, 1);
-    tpu_status_free(status);
-    tpu_metric_add(TPU_METRIC_DISK_CACHE_MISSES, 1);
-    return NULL;
-  }
-  tpu_metric_add(TPU_METRIC_DISK_CACHE_HITS, 1);
-  tpu_metric_add(TPU_METRIC_DISK_CACHE_BYTES_READ, (int64_t)size);
-  return loaded;
+  return count_read(status, size, TPU_METRIC_DISK_CACHE_HITS, TPU_METRIC_DISK_CACHE_MISSES) ? loaded : NULL;
 }
 
 typedef struct serialized {
@@ -657,15 +663,9 @@ tpu_status_t* tpu_disk_blob_load(const char* name, size_t name_len, uint8_t** ou
   size_t size = 0, len = 0;
   const uint8_t* payload = NULL;
   tpu_status_t* status = tpu_disk_entry_read(cfg->dir, &key, &data, &size, &payload, &len);
-  if (status) {
-    if (tpu_status_code(status) != TPU_NOT_FOUND) tpu_metric_add(TPU_METRIC_DISK_CACHE_ERRORS, 1);
-    tpu_metric_add(TPU_METRIC_TRACE_CACHE_MISSES, 1);
-    tpu_status_free(status);
+  if (!count_read(status, size, TPU_METRIC_TRACE_CACHE_HITS, TPU_METRIC_TRACE_CACHE_MISSES))
     return TPU_STATUS(TPU_NOT_FOUND, "no entry");
-  }
   memmove(data, payload, len); /* the caller owns one block: the payload at its start */
-  tpu_metric_add(TPU_METRIC_TRACE_CACHE_HITS, 1);
-  tpu_metric_add(TPU_METRIC_DISK_CACHE_BYTES_READ, (int64_t)size);
   *out_data = data;
   *out_len = len;
   return NULL;
