@@ -132,7 +132,11 @@ const tpu_compiled_t* tpu_cache_entry_compiled(const tpu_cache_entry_t* e) { ret
 
 void tpu_cache_entry_mark_prepared(tpu_cache_entry_t* e) { atomic_store(&e->prepared, true); }
 
-bool tpu_cache_entry_take_prepared(tpu_cache_entry_t* e) { return atomic_exchange(&e->prepared, false); }
+/* A load first: every eager op's cache hit asks, and a plain read keeps the
+ * entry's cache line shared where an exchange would write it each time. */
+bool tpu_cache_entry_take_prepared(tpu_cache_entry_t* e) {
+  return atomic_load_explicit(&e->prepared, memory_order_relaxed) && atomic_exchange(&e->prepared, false);
+}
 
 static void tpu_lru_unlink(tpu_cache_entry_t* e) {
   if (e->lru_prev) e->lru_prev->lru_next = e->lru_next;

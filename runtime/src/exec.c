@@ -449,7 +449,7 @@ static tpu_status_t* tpu_exec_entry(const tpu_exec_req_t* r, tpu_snapshot_t* s, 
   if (!st && *out_entry && !r->prepare) { /* a prepare request that finds its entry has nothing to do */
     tpu_metric_add(TPU_METRIC_CACHE_HITS, 1);
     tpu_trace_mark(TPU_TRACE_CACHE_HIT, r->name);
-    *out_fresh = tpu_cache_entry_take_prepared(*out_entry);
+    *out_fresh = r->program && tpu_cache_entry_take_prepared(*out_entry); /* only programs are prepared */
     if (*out_fresh) tpu_metric_add(TPU_METRIC_PREPARED_HITS, 1);
   } else if (!st && !*out_entry) {
     tpu_metric_add(TPU_METRIC_CACHE_MISSES, 1);
