@@ -23,6 +23,8 @@ asynchronously like an eager op.
   symbolic sizes, or that needs a symbolic int as a size, gets one program per
   distinct set of sizes, built on first use, at most ``TORCHTPU_GRAPH_PROGRAMS``
   (default 8) per graph; sizes past the cap run as eager ops, with one warning.
+  A size along which no op mixes rows (a batch) is padded to a power-of-two
+  bucket first, and the results narrowed back (``_padding.py``).
 
 Python glue only: no lowering logic here.
 """
@@ -36,12 +38,12 @@ import warnings
 import torch
 import torch.fx
 
-from . import _C, _trace_cache
+from . import _C, _padding, _trace_cache
 from ._host_ops import HostOps, cpu_scalars
 
 __all__ = ["backend", "stats"]
 
-_STATS = {"graphs": 0, "fallbacks": 0, "prepare_failures": 0}
+_STATS = {"graphs": 0, "fallbacks": 0, "prepare_failures": 0, "padded_runs": 0}
 
 
 def _programs_cap() -> int:
@@ -64,7 +66,8 @@ _SKIPPED = {torch.ops.aten._assert_scalar.default, torch.ops.aten.sym_constrain_
 
 
 def stats() -> dict:
-    """Graphs handed to the backend, and how many of them ran as eager ops."""
+    """Graphs handed to the backend, how many of them ran as eager ops, how many
+    early compiles failed, and how many calls ran padded to a bucket."""
     return dict(_STATS)
 
 
@@ -274,6 +277,8 @@ class _Program:
             raise Unsupported(f"{node.target} (only its out= form is lowered)")
         ovl, step = self._OUT_FORMS[key]
         args = [self._arg(a) for a in node.args]
+        if any(isinstance(a, _C.GraphValue) for a in args):  # its result's size: fixed per program
+            raise Unsupported(f"{node.target} with a bound known only at run time")
         if step is not None:
             args.append(step)
         first = self.graph.apply(schema.name, ovl, args, 1, node.meta["val"].dtype)
@@ -538,12 +543,29 @@ class _PerSizes:
         self.cap = _programs_cap()
         self.warned = False
         self.eager = None
+        self.padding = _padding.plan(gm, example_inputs)[0] if _padding.enabled() else None
 
     def _key(self, args):
         ints = () if self.generic is not None else tuple(int(args[i]) for i in self.sym_ints)
         return ints + tuple(tuple(args[i].shape) for i in self.sym_tensors)
 
     def __call__(self, args):
+        if self.padding is not None:
+            sizes = self.padding.sizes(args)
+            padded = self.padding.pad(args, sizes)
+            if padded is not None:
+                try:
+                    out = self.padding.narrow(self._run(padded), sizes, args)
+                except Exception:  # noqa: BLE001 - a bucket's shapes the graph cannot take
+                    # (a slice of a fixed-size table by the padded size): exact sizes from now
+                    # on, and this call again; an error of the exact sizes is the caller's.
+                    self.padding = None
+                    return self._run(args)
+                _STATS["padded_runs"] += 1
+                return out
+        return self._run(args)
+
+    def _run(self, args):
         key = self._key(args)
         prog = self.programs.get(key)
         if prog is None:
