@@ -264,16 +264,20 @@ def test_row_index_gathers_pad_and_other_indices_keep_exact():
         assert (_padded_runs() - p0 == 2) == pads, fn.__name__
 
 
-@pytest.mark.parametrize("family", ["llama", "gpt2"])
+@pytest.mark.parametrize("family", ["llama", "gpt2", "bert"])
 def test_hf_model_batches_pad(family):
     """Hugging Face models (tiny configs) with a dynamic batch: one program per
-    bucket, outputs equal to CPU (Llama's mask reads rows by arange(batch))."""
+    bucket, outputs equal to CPU (Llama's mask reads rows by arange(batch); BERT
+    reads its token type ids from a buffer expanded to the batch)."""
     import transformers as hf
     torch.manual_seed(0)
     if family == "llama":
         cfg = hf.LlamaConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                              num_key_value_heads=2, intermediate_size=64)
         m = hf.LlamaModel(cfg).eval()
+    elif family == "bert":  # token type ids: a buffer expanded to the batch, then read as indices
+        m = hf.BertModel(hf.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                       intermediate_size=64)).eval()
     else:
         m = hf.GPT2Model(hf.GPT2Config(vocab_size=100, n_embd=32, n_layer=2, n_head=4,
                                        bos_token_id=0, eos_token_id=0)).eval()
@@ -285,9 +289,9 @@ def test_hf_model_batches_pad(family):
             ids_tpu = ids.to("tpu")
             if b != 2:
                 torch._dynamo.mark_dynamic(ids_tpu, 0)
-            out = f(input_ids=ids_tpu, use_cache=False).last_hidden_state
-            torch.testing.assert_close(out.cpu(), m(input_ids=ids, use_cache=False).last_hidden_state,
-                                       rtol=1e-5, atol=1e-5)
+            kw = {} if family == "bert" else {"use_cache": False}
+            out = f(input_ids=ids_tpu, **kw).last_hidden_state
+            torch.testing.assert_close(out.cpu(), m(input_ids=ids, **kw).last_hidden_state, rtol=1e-5, atol=1e-5)
     # batch 2: a static graph; 5, 6, 7: one dynamic graph, all in the bucket of 8
     assert _delta(c0)["graph_compiles"] == 2 and _padded_runs() - p0 == 3
 
@@ -307,3 +311,51 @@ def test_a_bucket_the_graph_cannot_take_falls_back_to_exact_sizes():
         x = torch.randn(b, 4)
         torch.testing.assert_close(g(x.to("tpu"), t).cpu(), f(x, table))
     assert _padded_runs() - p0 == 1  # 3 → 4 only
+
+
+def test_indices_computed_on_padded_rows_keep_sizes_exact():
+    """table[10 - idx]: padded rows would read index 10 of a 6-row table and raise; the
+    size stays exact. table[idx] pads (a padded input's rows hold index 0)."""
+    table = torch.randn(6, 4)
+    for fn, pads in ((lambda idx, t: t[10 - idx] * 2, False), (lambda idx, t: t[idx] * 2, True)):
+        g = torch.compile(fn, backend="tpu", dynamic=True)
+        p0 = _padded_runs()
+        for b in (3, 5):
+            idx = torch.full((b,), 5)
+            torch.testing.assert_close(g(idx.to("tpu"), table.to("tpu")).cpu(), fn(idx, table))
+        assert (_padded_runs() - p0 == 2) == pads
+
+
+def test_outputs_that_view_another_output_share_its_storage():
+    """As in eager (and Inductor): a write into y shows in the views returned with it,
+    with or without padding, and their strides are eager's."""
+    def f(x):
+        y = x * 2
+        return y, y.view(x.shape[0], 2, 2), y.t(), y[:, 1]
+
+    for dynamic in (False, True):
+        g = torch.compile(f, backend="tpu", dynamic=dynamic)
+        for b in (3, 5):
+            x = torch.randn(b, 4)
+            outs, refs = g(x.to("tpu")), f(x)
+            for o, r in zip(outs, refs):
+                assert o.shape == r.shape and o.stride() == r.stride(), (dynamic, b)
+            outs[0].add_(1)
+            refs[0].add_(1)
+            for o, r in zip(outs, refs):
+                torch.testing.assert_close(o.cpu(), r)
+
+
+def test_buckets_stop_at_the_bound_dynamo_knows():
+    """torch._check(b <= 6): batch 5 pads to 6, not 8."""
+    def f(x):
+        torch._check(x.shape[0] <= 6)
+        return x * 2
+
+    g = torch.compile(f, backend="tpu", dynamic=True)
+    c0, p0 = _counts(), _padded_runs()
+    for b in (3, 5, 6):
+        x = torch.randn(b, 4)
+        torch.testing.assert_close(g(x.to("tpu")).cpu(), f(x))
+    assert _padded_runs() - p0 == 2  # 3 → 4, 5 → 6; 6 is exact
+    assert _delta(c0)["graph_compiles"] == 2  # the programs for 4 and 6

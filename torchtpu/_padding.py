@@ -13,8 +13,11 @@ power of two), the bucket's program runs, and the outputs are narrowed back to
 
 The check is conservative: an op outside the tables below, an op that mixes
 rows along ``s`` (a softmax or sum over ``s``, a matmul contracting ``s``, a
-concatenation along ``s``), random ops, writes into inputs, and a symbolic int
-used as data all keep ``s`` exact (one program per size, as before).
+concatenation along ``s``), random ops, writes into inputs, a symbolic int
+used as data, and indices computed on padded rows (they could be out of range
+where the real rows are not) all keep ``s`` exact (one program per size, as
+before). A bucket never passes the bound Dynamo's guards put on ``s``; a bucket
+whose program still fails turns padding off for the graph (compile.py).
 
 A value's rows along ``s``: a tensor whose shape holds ``s`` in one dim as
 ``s * inner`` (``inner`` free of ``s``: a view merged dims after it) has row
@@ -213,9 +216,35 @@ def _full_slice(named) -> bool:
             and (end is None or (isinstance(end, int) and end >= 2 ** 62) or _expr(end) == size))
 
 
-def _check_op(node, s, marks, ident):
+# Index arguments of ops that check their indices at run time (out of range raises).
+_INDEX_ARGS = {"index": "indices", "index_select": "index", "gather": "index", "embedding": "indices"}
+
+
+def _check_indices(node, name, named, marks, rows):
+    """Padded rows of an index argument must hold valid indices, or the padded program
+    raises where the exact one would not: zeros (a padded input, and its views and
+    copies), rows that repeat unpadded values (an expanded table), or arange(s)
+    reading the padded dim of `self` itself."""
+    given = named[_INDEX_ARGS[name]]
+    if name == "index":
+        at = list(enumerate(given))
+    else:
+        at = [(named.get("dim"), given)]
+    self_mark = marks.get(named.get("self"))
+    for d, x in at:
+        if not isinstance(x, torch.fx.Node) or marks.get(x) is None or rows.get(x) == "valid":
+            continue
+        if rows.get(x) == "index" and name in ("index", "index_select") and self_mark is not None \
+                and d is not None and d % max(named["self"].meta["val"].dim(), 1) == self_mark[0]:
+            continue
+        raise _Keep(f"{node.target}: indices computed on padded rows may be out of range")
+
+
+def _check_op(node, s, marks, rows):
     """Raises _Keep when op `node` may mix rows along s; returns its outputs' markers.
-    `ident`: values that hold their own row index along s (arange(s) and its views)."""
+    `rows`: values whose padded rows are known: "valid" (indices wherever the real
+    rows are: zeros of padded inputs, or values repeated from unpadded tensors) or
+    "index" (each element holds its row along s: arange(s)), and their views."""
     name = _name(node.target)
     tags = node.target.tags
     named = _named(node)
@@ -242,9 +271,11 @@ def _check_op(node, s, marks, ident):
         for arg, x, m in ins:
             mixed = by_arg.get(arg, default)(named, x.meta["val"].dim())
             if name == "index":  # x[arange(s)[:, None], j]: row i reads row i
-                mixed -= {d for d, i in enumerate(named["indices"]) if i in ident}
+                mixed -= {d for d, i in enumerate(named["indices"]) if rows.get(i) == "index"}
             if m is not None and m[0] in mixed and not (name == "slice" and _full_slice(named)):
                 raise _Keep(f"{node.target} mixes rows along {s}")
+    if name in _INDEX_ARGS:
+        _check_indices(node, name, named, marks, rows)
     _match_outputs(node, name, ins, outs, s)
     return outs
 
@@ -273,7 +304,7 @@ def _match_outputs(node, name, ins, outs, s):
 class Plan:
     """How to pad and narrow one graph's calls (see the module docstring)."""
 
-    def __init__(self, symbols, sources, inputs, sym_inputs, outputs, sym_outputs, passed):
+    def __init__(self, symbols, sources, inputs, sym_inputs, outputs, sym_outputs, passed, upper):
         self.symbols = symbols          # the padded symbols
         self.sources = sources          # symbol → (arg index, dim or None): where a call gives its value
         self.inputs = inputs            # (arg index, symbol, dim, inner)
@@ -281,6 +312,7 @@ class Plan:
         self.outputs = outputs          # (output index, symbol, dim, inner, contiguous)
         self.sym_outputs = sym_outputs  # (output index, expression): sizes the graph returns
         self.passed = passed            # (output index, arg index): an input returned as it is
+        self.upper = upper              # symbol → the largest value Dynamo's guards allow
 
     def sizes(self, args) -> dict:
         vals = {}
@@ -291,6 +323,8 @@ class Plan:
     def pad(self, args, vals):
         """The call's arguments at the bucket sizes; None when they already are."""
         buckets = {sym: bucket(vals[sym]) for sym in self.symbols}
+        for sym, top in self.upper.items():
+            buckets[sym] = max(min(buckets[sym], top), vals[sym])
         if all(buckets[sym] == vals[sym] for sym in self.symbols):
             return None
         out = list(args)
@@ -349,28 +383,51 @@ def plan(gm: torch.fx.GraphModule, example_inputs):
         outputs += outs
         sym_outputs.update(souts)
         passed.update(same)
-    return Plan([c for c, _ in chosen], sources, inputs, sym_inputs, outputs, sorted(sym_outputs.items()),
-                sorted(passed)), None
+    symbols = [c for c, _ in chosen]
+    return Plan(symbols, sources, inputs, sym_inputs, outputs, sorted(sym_outputs.items()), sorted(passed),
+                _upper_bounds(example_inputs, symbols)), None
 
 
+def _upper_bounds(example_inputs, symbols) -> dict:
+    """The largest value each symbol may take (Dynamo's value ranges: a size checked
+    against a table, `torch._check(b <= 16)`): a bucket never goes past it."""
+    env = None
+    for ex in example_inputs:
+        sizes = [ex] if isinstance(ex, torch.SymInt) else list(ex.shape) if isinstance(ex, torch.Tensor) else []
+        env = next((x.node.shape_env for x in sizes if isinstance(x, torch.SymInt)), None)
+        if env is not None:
+            break
+    bounds = {}
+    for sym in symbols:
+        r = env.var_to_range.get(sym) if env is not None else None
+        if r is not None and getattr(r.upper, "is_Integer", False):  # not int_oo
+            bounds[sym] = int(r.upper)
+    return bounds
+
+
+# Ops that make a tensor sized by s from unpadded values: each row holds the same values.
+_FILLS = {"expand", "full", "zeros", "ones", "new_zeros", "new_ones", "new_full"}
 # Ops that keep each element's value and its row along s (checked by _check_op).
 _KEEPS_VALUES = {"unsqueeze", "view", "_unsafe_view", "reshape", "expand", "clone", "_to_copy", "alias", "detach",
                  "lift_fresh_copy", "slice"}
 
 
-def _is_row_index(node, s, ident) -> bool:
-    """arange(s), or a view or copy of one: every element holds its row along s."""
+def _known_rows(node, s, marks, rows):
+    """What `node`'s padded rows hold (see _check_op), or None."""
     name, named = _name(node.target), _named(node)
     if name == "arange":
         end = named.get("end")
         end = end.meta.get("val") if isinstance(end, torch.fx.Node) else end
-        return (_expr(end) == s and named.get("start", 0) in (0, None)
-                and named.get("step", 1) in (1, None))
-    return name in _KEEPS_VALUES and next((x for _, x in _tensor_args(node, named)), None) in ident
+        plain = _expr(end) == s and named.get("start", 0) in (0, None) and named.get("step", 1) in (1, None)
+        return "index" if plain else None
+    tensors = [x for _, x in _tensor_args(node, named)]
+    if name in _FILLS and not any(x in marks for x in tensors):
+        return "valid"  # every row the same values, independent of s
+    return rows.get(tensors[0]) if name in _KEEPS_VALUES and tensors else None
 
 
 def _analyse(gm, placeholders, example_inputs, s, inners):
-    marks, ins, syms, ident = {}, [], [], set()
+    marks, ins, syms, rows = {}, [], [], {}
     for i, (node, ex) in enumerate(zip(placeholders, example_inputs)):
         if isinstance(ex, torch.Tensor):
             m = _marker(ex, s)
@@ -378,6 +435,7 @@ def _analyse(gm, placeholders, example_inputs, s, inners):
                 if ex.device.type != "tpu":
                     raise _Keep(f"input {node.name} is on {ex.device}")
                 marks[node] = m
+                rows[node] = "valid"
                 ins.append((i, s, m[0], m[1]))
         elif _has(ex, s):
             if ex.node.expr != s:
@@ -397,11 +455,12 @@ def _analyse(gm, placeholders, example_inputs, s, inners):
             raise _Keep("the graph writes into an input")
         if not isinstance(node.meta.get("val"), (torch.Tensor, list, tuple)):
             continue  # sym_size and other sizes
-        for val, m in zip(_vals(node), _check_op(node, s, marks, ident)):
+        for val, m in zip(_vals(node), _check_op(node, s, marks, rows)):
             if m is not None:
                 marks.setdefault(node, m)
-        if _is_row_index(node, s, ident) and node in marks:
-            ident.add(node)
+        known = _known_rows(node, s, marks, rows)
+        if known is not None and node in marks:
+            rows[node] = known
     inners[s] = [m[1] for m in marks.values()]
     return ins, syms, *_outputs(gm, s, marks, placeholders)
 
@@ -439,8 +498,10 @@ def _outputs(gm, s, marks, placeholders):
                 continue
             if _views_input(o):
                 raise _Keep(f"output {o.name} is a view of an input")
+            from .compile import _is_view
             d, inner = _marker(val, s)
-            outs.append((j, s, d, inner, val.is_contiguous()))
+            # a view of another output stays one (no contiguous copy: they share storage)
+            outs.append((j, s, d, inner, val.is_contiguous() and not _is_view(o.target)))
         elif isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)) and _has(val, s):
             souts[j] = val.node.expr
     return outs, souts, passed

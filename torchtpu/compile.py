@@ -390,10 +390,15 @@ class _Program:
         return vals[0] if len(counts) == 1 else vals
 
     def _outputs(self, outs):
-        self.out_spec = []  # ("run", k) | ("input", i) | ("const", value)
+        # ("run", k) | ("permuted", (k, inverse)) | ("input", i) | ("host", node) | ("const", value)
+        # | ("view", (j, [(op, args, kwargs)])): views of output j, applied after the run
+        self.out_spec = []
         ids = []
+        views = self._output_views(outs)
         for o in outs:
-            if isinstance(o, torch.fx.Node) and o in self.input_index:
+            if isinstance(o, torch.fx.Node) and o in views:
+                self.out_spec.append(("view", views[o]))
+            elif isinstance(o, torch.fx.Node) and o in self.input_index:
                 self.out_spec.append(("input", self.input_index[o]))
             elif isinstance(o, torch.fx.Node) and o in self.host.nodes:
                 self.out_spec.append(("host", o))
@@ -418,6 +423,44 @@ class _Program:
         self.graph.set_outputs(ids)
         for k, i in aliases:
             self.graph.alias(k, i)
+
+    def _output_views(self, outs) -> dict:
+        """Outputs that are views of another output (AOTAutograd returns the base of
+        views it hands back): eager gives them the base's storage, so an in-place write
+        to one shows in the other. They are made from the base's result after the run
+        (metadata only), not computed as results of their own. {node: (j, views)}."""
+        first = {}
+        for j, o in enumerate(outs):
+            if isinstance(o, torch.fx.Node) and o.op == "call_function":
+                first.setdefault(o, j)
+        found = {}
+        for o in first:
+            chain, n = [], o
+            while n.op == "call_function" and _is_view(n.target) and isinstance(n.args[0], torch.fx.Node):
+                chain.append(n)
+                n = n.args[0]
+                if n in first and not _is_view(n.target):
+                    break
+            if not chain or n not in first or n in self.host.nodes:
+                continue
+            try:
+                steps = [(c.target, [self._static(a) for a in c.args[1:]],
+                          {k: self._static(a) for k, a in c.kwargs.items()}) for c in reversed(chain)]
+            except Unsupported:
+                continue  # a size known only at run time: computed as a result of its own
+            found[o] = (first[n], steps)
+        return found
+
+    def _static(self, a):
+        """An argument of a view op as a plain value (sizes fixed in this program)."""
+        if isinstance(a, torch.fx.Node):
+            v = self.env.get(a)
+            if isinstance(v, (int, float, bool)):
+                return v
+            raise Unsupported(f"{a.name} is known only at run time")
+        if isinstance(a, (list, tuple)):
+            return type(a)(self._static(x) for x in a)
+        return a
 
     def _memory_order(self, node, v):
         """An output eager PyTorch gives a permuted layout (a transpose) comes out of
@@ -492,7 +535,22 @@ class _Program:
                 out.append(results[x[0]].permute(x[1]))
             else:
                 out.append(args[x] if kind == "input" else x)
+        for j, (kind, x) in enumerate(self.out_spec):
+            if kind == "view":
+                base, steps = x
+                y = out[base]
+                for op, a, kw in steps:
+                    y = op(y, *a, **kw)
+                out[j] = y
         return out
+
+
+def _is_view(op) -> bool:
+    """An aten op whose one result aliases its first argument (schema `Tensor(a)`)."""
+    if not isinstance(op, torch._ops.OpOverload) or len(op._schema.returns) != 1:
+        return False
+    info = op._schema.returns[0].alias_info
+    return info is not None and not info.is_write and str(op._schema.returns[0].type) == "Tensor"
 
 
 def _layout(ex, saved):
