@@ -473,14 +473,9 @@ class _Program:
         strides = [self._int(x) for x in val.stride()]
         if not all(isinstance(x, int) for x in sizes + strides):
             return v, None  # symbolic: the program's own (contiguous) layout
-        perm = sorted(range(val.dim()), key=lambda d: -strides[d])
-        expect, permuted = 1, False
-        for d in reversed(perm):  # dense: the strides are a permutation of contiguous ones
-            if sizes[d] != 1 and strides[d] != expect:
-                return v, None
-            expect *= sizes[d]
-        if perm == list(range(val.dim())):
-            return v, None  # already contiguous
+        perm = _dense_order(sizes, strides)
+        if perm is None or perm == list(range(val.dim())):
+            return v, None  # not dense, or already contiguous
         inverse = sorted(range(val.dim()), key=lambda d: perm[d])
         return _C.GraphValue(self.graph.apply("aten::permute", "", [v, perm], 1)), inverse
 
@@ -553,18 +548,32 @@ def _is_view(op) -> bool:
     return info is not None and not info.is_write and str(op._schema.returns[0].type) == "Tensor"
 
 
+def _dense_order(sizes, strides):
+    """The dims from outermost to innermost when the strides are a permutation of
+    contiguous ones (dense: no gaps, no overlap), else None. The runtime's guess of a
+    program input's buffer (exec.c tpu_guess_buffer_aval) follows the same rule."""
+    perm = sorted(range(len(sizes)), key=lambda d: -strides[d])
+    expect = 1
+    for d in reversed(perm):
+        if sizes[d] != 1 and strides[d] != expect:
+            return None
+        expect *= sizes[d]
+    return perm
+
+
 def _layout(ex, saved):
     """How tensor input `ex` (a fake example) will reach a program, for prepare():
     (dtype, sizes, strides, storage offset, storage bytes). A backward graph's
     saved activation (`saved`) that is a view inside its storage (a slice of a
     fused projection) comes from the forward program as a tensor of its own:
     contiguous, or in its memory order when dense (_Program._memory_order)."""
-    from torch._prims_common import is_non_overlapping_and_dense_or_false as dense, make_contiguous_strides_for
+    from torch._prims_common import make_contiguous_strides_for
     nbytes = ex.untyped_storage().nbytes()
     own = ex.numel() * ex.element_size()
-    if not saved or (ex.storage_offset() == 0 and nbytes == own and dense(ex)):
+    dense = _dense_order(list(ex.shape), list(ex.stride())) is not None
+    if not saved or (ex.storage_offset() == 0 and nbytes == own and dense):
         return (ex.dtype, list(ex.shape), list(ex.stride()), ex.storage_offset(), nbytes)
-    strides = ex.stride() if dense(ex) else make_contiguous_strides_for(ex.shape)
+    strides = ex.stride() if dense else make_contiguous_strides_for(ex.shape)
     return (ex.dtype, list(ex.shape), list(strides), 0, own)
 
 
