@@ -121,3 +121,27 @@ def test_exit_with_a_compile_in_flight_and_the_switch(tmp_path):
     m = torch.nn.Sequential(*[torch.nn.Linear(256, 256) for _ in range(8)])
     ref = m(torch.randn(16, 256)).sum().item()
     assert abs(on["sum"] - ref) <= 1e-3 * max(1.0, abs(ref)) and on["sum"] == off["sum"], (on["sum"], off["sum"], ref)
+
+
+def test_a_saved_view_of_a_user_output_is_prepared():
+    """The backward saves k, a view of the forward's user output y. A user output's
+    views are made as views of its result (they alias, as in eager), but a saved
+    activation stays a result of its own: the layout the backward is prepared for."""
+    w = torch.randn(4, 4, requires_grad=True)
+    wt = w.detach().to("tpu").requires_grad_()
+
+    def f(x, w):
+        y = x @ w
+        k = y.view(3, 2, 2).transpose(1, 2)
+        return y, torch.bmm(k, k).sum()
+
+    x = torch.randn(3, 4)
+    before = torchtpu.metrics()
+    y, loss = torch.compile(f, backend="tpu")(x.to("tpu"), wt)
+    loss.backward()
+    yr, lr = f(x, w)
+    lr.backward()
+    torch.testing.assert_close(y.cpu(), yr.detach(), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(wt.grad.cpu(), w.grad, rtol=1e-4, atol=1e-5)
+    d = _delta(before, "prepared_programs", "prepared_hits")
+    assert d == {"prepared_programs": 2, "prepared_hits": 2}, d

@@ -231,8 +231,11 @@ class TpuOutputCode(OutputCode):
     def __init__(self, gm, example_inputs, compile_fn, collective):
         super().__init__()
         self._boxed_call = True
+        from .compile import visible_outputs
         self._compile_fn = compile_fn
-        self._fn = compile_fn(gm, example_inputs)
+        # AOTAutograd's metadata is there now, not when a stored graph is loaded
+        self._visible = visible_outputs(gm)
+        self._fn = compile_fn(gm, example_inputs, visible=self._visible)
         self._inputs = None if collective or not _on() else _inputs_meta(example_inputs)
         # The graph until it is pickled, shared with the copy AOTAutogradCache
         # pickles (so that pickling drops it here too); kept only if storable.
@@ -271,7 +274,7 @@ class TpuOutputCode(OutputCode):
         gm = _load_graph(self._pickled, mode)
         with mode:
             examples = [_fake(m) if isinstance(m, _TensorMeta) else m for m in self._inputs]
-        self._fn = self._compile_fn(gm, examples)
+        self._fn = self._compile_fn(gm, examples, visible=getattr(self, "_visible", None))
 
     def set_triton_bundle(self, triton_bundle) -> None:
         pass

@@ -152,9 +152,11 @@ def _scalar_dtype(x):
 class _Program:
     """One FX graph recorded into a runtime graph, and run."""
 
-    def __init__(self, gm: torch.fx.GraphModule, example_inputs, concrete=None):
+    def __init__(self, gm: torch.fx.GraphModule, example_inputs, concrete=None, visible=None):
         # concrete: {placeholder index: int} — symbolic ints fixed to these values
         # (a program for one set of sizes); None: they are runtime operands.
+        # visible: how many leading outputs the caller sees (visible_outputs).
+        self.visible = visible
         self.graph = _C.Graph()
         self.env = {}
         self.concrete = concrete
@@ -434,7 +436,9 @@ class _Program:
             if isinstance(o, torch.fx.Node) and o.op == "call_function":
                 first.setdefault(o, j)
         found = {}
-        for o in first:
+        for o, j in first.items():
+            if self.visible is not None and j >= self.visible:
+                continue  # a saved activation: its own result, in the layout the backward is prepared for
             chain, n = [], o
             while n.op == "call_function" and _is_view(n.target) and isinstance(n.args[0], torch.fx.Node):
                 chain.append(n)
@@ -600,9 +604,9 @@ class _PerSizes:
     runtime then compiles it once per set of tensor sizes); without one, every
     set of symbolic int values gets its own program with the ints fixed."""
 
-    def __init__(self, gm, example_inputs, generic):
+    def __init__(self, gm, example_inputs, generic, visible):
         self._boxed_call = True  # an instance attribute: wrappers copy __dict__ (functools.wraps)
-        self.gm, self.example_inputs, self.generic = gm, example_inputs, generic
+        self.gm, self.example_inputs, self.generic, self.visible = gm, example_inputs, generic, visible
         self.sym_ints = [i for i, ex in enumerate(example_inputs) if isinstance(ex, torch.SymInt)]
         self.sym_tensors = [i for i, ex in enumerate(example_inputs)
                             if isinstance(ex, torch.Tensor) and _symbolic(ex)]
@@ -656,7 +660,7 @@ class _PerSizes:
         else:
             fixed = {i: int(args[i]) for i in self.sym_ints}
             try:
-                prog = _Program(self.gm, self.example_inputs, fixed)
+                prog = _Program(self.gm, self.example_inputs, fixed, self.visible)
             except Unsupported as e:
                 prog = _fallback_eager(self.gm, str(e))
         self.programs[key] = prog
@@ -707,19 +711,38 @@ def _compile_around_collectives(gm, example_inputs):
         if any(_is_collective(n) for n in sub.graph.nodes):
             continue  # runs as eager ops
         sub_examples = [examples.get(n.name) for n in sub.graph.nodes if n.op == "placeholder"]
-        setattr(split, node.target, _Unboxed(compile_graph(sub, sub_examples, count=False)))
+        setattr(split, node.target, _Unboxed(compile_graph(sub, sub_examples, count=False, visible=0)))
     from torch._functorch.aot_autograd import make_boxed_func
     return make_boxed_func(split.forward)
 
 
-def compile_graph(gm: torch.fx.GraphModule, example_inputs, count=True):
-    """AOTAutograd's forward/backward compiler: an FX graph → a boxed callable."""
+def visible_outputs(gm: torch.fx.GraphModule):
+    """How many leading outputs of an AOTAutograd graph its caller sees (None: all).
+    Outputs that view another output are made as views only among these
+    (_Program._output_views): the ones after them are saved activations, which the
+    backward program is prepared to receive as results of their own. A backward
+    graph's outputs are gradients: 0."""
+    if any(n.op == "placeholder" and n.name.startswith("tangents") for n in gm.graph.nodes):
+        return 0
+    ctx = torch._guards.TracingContext.try_get()
+    meta = getattr(ctx, "fw_metadata", None) if ctx is not None else None
+    try:  # AOTAutograd's order: runtime-mutated inputs, user outputs, intermediate bases, saved
+        return meta.num_mutated_inp_runtime_indices + len(meta.output_info) + meta.num_intermediate_bases
+    except AttributeError:
+        return None
+
+
+def compile_graph(gm: torch.fx.GraphModule, example_inputs, count=True, visible="auto"):
+    """AOTAutograd's forward/backward compiler: an FX graph → a boxed callable.
+    `visible`: visible_outputs(gm), given by a caller that computed it earlier."""
     _STATS["graphs"] += count
+    if visible == "auto":
+        visible = visible_outputs(gm)
     if any(_is_collective(n) for n in gm.graph.nodes):
         return _compile_around_collectives(gm, example_inputs)
     symbolic = any(_symbolic(ex) for ex in example_inputs)
     try:
-        program = _Program(gm, example_inputs)
+        program = _Program(gm, example_inputs, visible=visible)
     except Unsupported as e:
         if not symbolic:
             return _fallback_eager(gm, str(e))
@@ -727,7 +750,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, count=True):
     if program is not None and not any(isinstance(ex, torch.Tensor) and _symbolic(ex) for ex in example_inputs):
         program.prepare(example_inputs)  # static sizes: the first run's layouts are known
     if symbolic:
-        return _PerSizes(gm, example_inputs, program)
+        return _PerSizes(gm, example_inputs, program, visible)
     program._boxed_call = True
     return program
 
