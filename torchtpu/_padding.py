@@ -465,21 +465,13 @@ def _analyse(gm, placeholders, example_inputs, s, inners):
     return ins, syms, *_outputs(gm, s, marks, placeholders)
 
 
-# Ops whose result may alias their first argument's storage.
-_ALIASING = {"view", "_unsafe_view", "reshape", "permute", "transpose", "t", "unsqueeze", "squeeze", "expand",
-             "slice", "select", "narrow", "split", "split_with_sizes", "unbind", "alias", "detach", "as_strided",
-             "diagonal", "unfold", "view_as_real", "view_as_complex"}
-
-
 def _views_input(node) -> bool:
     """Whether `node` may be a view of a graph input: AOTAutograd rebuilds such an
     output from the caller's input by its view metadata, which a narrowed padded
     result does not share."""
+    from .compile import _aliases_input
     while node.op == "call_function":
-        if node.target is operator.getitem:
-            node = node.args[0]
-            continue
-        if not isinstance(node.target, torch._ops.OpOverload) or _name(node.target) not in _ALIASING:
+        if node.target is not operator.getitem and not _aliases_input(node.target):
             return False
         node = node.args[0]
     return node.op == "placeholder"

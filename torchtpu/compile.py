@@ -544,12 +544,18 @@ class _Program:
         return out
 
 
-def _is_view(op) -> bool:
-    """An aten op whose one result aliases its first argument (schema `Tensor(a)`)."""
+def _aliases_input(op) -> bool:
+    """An op whose result aliases its first argument without writing it (schema
+    `Tensor(a)` or `Tensor(a)[]`: view, t, select, split, detach ...)."""
     if not isinstance(op, torch._ops.OpOverload) or len(op._schema.returns) != 1:
         return False
     info = op._schema.returns[0].alias_info
-    return info is not None and not info.is_write and str(op._schema.returns[0].type) == "Tensor"
+    return info is not None and not info.is_write
+
+
+def _is_view(op) -> bool:
+    """An op whose one tensor result is a view of its first argument."""
+    return _aliases_input(op) and str(op._schema.returns[0].type) == "Tensor"
 
 
 def _dense_order(sizes, strides):
