@@ -313,6 +313,7 @@ class Plan:
         self.sym_outputs = sym_outputs  # (output index, expression): sizes the graph returns
         self.passed = passed            # (output index, arg index): an input returned as it is
         self.upper = upper              # symbol → the largest value Dynamo's guards allow
+        self._memo = {}                 # real sizes → _resolved(...)
 
     def sizes(self, args) -> dict:
         vals = {}
@@ -320,16 +321,32 @@ class Plan:
             vals[sym] = int(args[i]) if d is None else int(args[i].shape[d])
         return vals
 
+    def _resolved(self, vals):
+        """The integers one set of real sizes needs: each symbol's bucket, each input's
+        padding, each output's length, each size output. Computed once per set of sizes
+        (a sympy substitution costs tens of microseconds; a call should not pay it)."""
+        key = tuple(vals.values())
+        r = self._memo.get(key)
+        if r is None:
+            buckets = {sym: bucket(vals[sym]) for sym in self.symbols}
+            for sym, top in self.upper.items():
+                buckets[sym] = max(min(buckets[sym], top), vals[sym])
+            r = (buckets,
+                 [(buckets[sym] - vals[sym]) * int(inner.subs(vals)) for _, sym, _, inner in self.inputs],
+                 [vals[sym] * int(inner.subs(vals)) for _, sym, _, inner, _ in self.outputs],
+                 [int(e.subs(vals)) for _, e in self.sym_outputs])
+            if len(self._memo) >= 1024:  # sizes that never repeat: keep it bounded
+                self._memo.clear()
+            self._memo[key] = r
+        return r
+
     def pad(self, args, vals):
         """The call's arguments at the bucket sizes; None when they already are."""
-        buckets = {sym: bucket(vals[sym]) for sym in self.symbols}
-        for sym, top in self.upper.items():
-            buckets[sym] = max(min(buckets[sym], top), vals[sym])
+        buckets, extras, _, _ = self._resolved(vals)
         if all(buckets[sym] == vals[sym] for sym in self.symbols):
             return None
         out = list(args)
-        for i, sym, d, inner in self.inputs:
-            extra = (buckets[sym] - vals[sym]) * int(inner.subs(vals))
+        for (i, _, d, _), extra in zip(self.inputs, extras):
             if extra:
                 x = args[i]
                 out[i] = torch.nn.functional.pad(x, [0, 0] * (x.dim() - 1 - d) + [0, extra])
@@ -339,12 +356,13 @@ class Plan:
 
     def narrow(self, outs, vals, args):
         """The bucket program's results for the call that passed `args`."""
+        _, _, lengths, sizes = self._resolved(vals)
         outs = list(outs)
-        for j, sym, d, inner, contiguous in self.outputs:
-            y = outs[j].narrow(d, 0, vals[sym] * int(inner.subs(vals)))
+        for (j, _, d, _, contiguous), n in zip(self.outputs, lengths):
+            y = outs[j].narrow(d, 0, n)
             outs[j] = y.contiguous() if contiguous else y
-        for j, e in self.sym_outputs:
-            outs[j] = int(e.subs(vals))
+        for (j, _), n in zip(self.sym_outputs, sizes):
+            outs[j] = n
         for j, i in self.passed:
             outs[j] = args[i]
         return outs
