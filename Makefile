@@ -22,7 +22,7 @@ BIND_HDRS := $(wildcard torchtpu/csrc/*.h)
 BIND_OBJS := $(patsubst torchtpu/csrc/%.cpp,$(BUILD)/bind/%.o,$(BIND_SRCS))
 BIND_SO := torchtpu/_C.so
 
-.PHONY: all setup runtime binding run test test-modes ctest pytest sanitize bench bench-quick bench-peers test-ray test-titan conformance models models-sweep wheel package-check clean
+.PHONY: all setup runtime binding run test test-slow test-modes ctest sanitize bench bench-quick bench-peers test-ray test-titan conformance models models-sweep wheel package-check clean
 
 all: $(BIND_SO)
 
@@ -86,16 +86,24 @@ run: $(STAMP) $(BIND_SO)
 # CI runs every test in strict mode, then the fused fast slice (FUSED_SLICE: the fused
 # mode's own tests and the training loops, under a minute); test-modes runs everything in
 # fused (each test's programs are compiled again as fused programs: slow).
+# Pytest runs in PYTEST_JOBS worker processes (pytest-xdist), a test file per worker at a
+# time (--dist loadfile: a file's tests keep their order); tests marked `slow` (the float64
+# sweeps of the linalg decompositions) run in `make test-slow`, not here.
 FUSED_SLICE := tests/test_fused.py tests/test_training.py
+PYTEST_JOBS ?= 2
+XDIST = -n $(PYTEST_JOBS) --dist loadfile
 test: $(STAMP) $(MODELS_STAMP) $(BIND_SO) ctest
-	$(VPY) -m pytest -q tests
+	$(VPY) -m pytest -q $(XDIST) -m "not slow" tests
 	TORCHTPU_EAGER_MODE=fused $(VPY) -m pytest -q $(FUSED_SLICE)
+
+test-slow: $(STAMP) $(MODELS_STAMP) $(BIND_SO)
+	$(VPY) -m pytest -q $(XDIST) -m slow tests
 
 # The whole suite in each eager mode (docs/eager-modes.md); slow (about 3x make test).
 test-modes: $(STAMP) $(MODELS_STAMP) $(BIND_SO) ctest
 	for mode in debug strict fused; do \
 	  echo "== TORCHTPU_EAGER_MODE=$$mode"; \
-	  TORCHTPU_EAGER_MODE=$$mode $(VPY) -m pytest -q tests || exit 1; \
+	  TORCHTPU_EAGER_MODE=$$mode $(VPY) -m pytest -q $(XDIST) tests || exit 1; \
 	done
 
 bench: $(STAMP) $(BIND_SO)

@@ -19,6 +19,10 @@ atexit.register(shutil.rmtree, _CACHE_DIR, ignore_errors=True)
 import torchtpu  # noqa: E402,F401  (registers the "tpu" device)
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: left out of `make test`; `make test-slow` runs them (README)")
+
+
 @pytest.fixture
 def fresh_dynamo():
     """Dynamo's caches emptied before and after a test, so compiles and recompiles

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import torchtpu
-from torchtpu.compile import schema_args
+from torchtpu._schema import schema_args
 
 A = torch.ops.aten
 V = torchtpu._C.GraphValue
@@ -33,7 +33,7 @@ def _sub(args, ins, vals):
     return out
 
 
-_schema_args = schema_args  # torchtpu.compile's own: the graph walk fills arguments the same way
+_schema_args = schema_args  # the graph walk's own (torchtpu._schema): it fills arguments the same way
 
 
 def _op(name, overload):

@@ -14,7 +14,9 @@ import torch
 
 from tpu_testing import assert_same, check, check_grad
 
-DTYPES = [torch.float32, torch.float64]
+# The float64 sweeps run in `make test-slow` (README, "Other targets"): what accelerators compute
+# is float32, and each dtype compiles programs of its own.
+DTYPES = [torch.float32, pytest.param(torch.float64, marks=pytest.mark.slow)]
 SHAPES = [(1, 1), (3, 3), (5, 5), (2, 4, 4), (2, 3, 6, 6)]
 COND_SCALE = 4.0
 

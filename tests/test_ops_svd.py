@@ -26,7 +26,9 @@ import torch
 
 from tpu_testing import assert_raises_like, assert_same, check, check_grad
 
-DTYPES = [torch.float32, torch.float64]
+# The float64 sweeps run in `make test-slow` (README, "Other targets"): what accelerators compute
+# is float32, and each dtype compiles programs of its own.
+DTYPES = [torch.float32, pytest.param(torch.float64, marks=pytest.mark.slow)]
 REL = {torch.float32: 2e-5, torch.float64: 1e-12}
 ORTH = {torch.float32: 1e-5, torch.float64: 1e-12}
 REL_EXP = {torch.float32: 2e-6, torch.float64: 1e-14}

@@ -35,6 +35,8 @@ import os
 import torch
 import torch.fx
 
+from ._schema import aliases_input, is_view, named_args
+
 _A = torch.ops.aten
 
 
@@ -200,12 +202,6 @@ def _tensor_args(node, named):
     return out
 
 
-def _named(node) -> dict:
-    from .compile import schema_args
-    names = [a.name for a in node.target._schema.arguments if not a.is_out]
-    return dict(zip(names, schema_args(node.target, node.args, node.kwargs)))
-
-
 def _full_slice(named) -> bool:
     """slice(x, dim, 0, end) that keeps the whole dim (Dynamo writes x[:, a:b] so)."""
     val = named["self"].meta["val"]
@@ -240,14 +236,13 @@ def _check_indices(node, name, named, marks, rows):
         raise _Keep(f"{node.target}: indices computed on padded rows may be out of range")
 
 
-def _check_op(node, s, marks, rows):
+def _check_op(node, named, s, marks, rows):
     """Raises _Keep when op `node` may mix rows along s; returns its outputs' markers.
     `rows`: values whose padded rows are known: "valid" (indices wherever the real
     rows are: zeros of padded inputs, or values repeated from unpadded tensors) or
     "index" (each element holds its row along s: arange(s)), and their views."""
     name = _name(node.target)
     tags = node.target.tags
-    named = _named(node)
     outs = [_marker(v, s) for v in _vals(node)]
     ins = [(arg, x, marks.get(x)) for arg, x in _tensor_args(node, named)]
     marked = any(m is not None for _, _, m in ins)
@@ -430,9 +425,9 @@ _KEEPS_VALUES = {"unsqueeze", "view", "_unsafe_view", "reshape", "expand", "clon
                  "lift_fresh_copy", "slice"}
 
 
-def _known_rows(node, s, marks, rows):
+def _known_rows(node, named, s, marks, rows):
     """What `node`'s padded rows hold (see _check_op), or None."""
-    name, named = _name(node.target), _named(node)
+    name = _name(node.target)
     if name == "arange":
         end = named.get("end")
         end = end.meta.get("val") if isinstance(end, torch.fx.Node) else end
@@ -473,10 +468,11 @@ def _analyse(gm, placeholders, example_inputs, s, inners):
             raise _Keep("the graph writes into an input")
         if not isinstance(node.meta.get("val"), (torch.Tensor, list, tuple)):
             continue  # sym_size and other sizes
-        for val, m in zip(_vals(node), _check_op(node, s, marks, rows)):
+        named = named_args(node.target, node.args, node.kwargs)
+        for val, m in zip(_vals(node), _check_op(node, named, s, marks, rows)):
             if m is not None:
                 marks.setdefault(node, m)
-        known = _known_rows(node, s, marks, rows)
+        known = _known_rows(node, named, s, marks, rows)
         if known is not None and node in marks:
             rows[node] = known
     inners[s] = [m[1] for m in marks.values()]
@@ -487,9 +483,8 @@ def _views_input(node) -> bool:
     """Whether `node` may be a view of a graph input: AOTAutograd rebuilds such an
     output from the caller's input by its view metadata, which a narrowed padded
     result does not share."""
-    from .compile import _aliases_input
     while node.op == "call_function":
-        if node.target is not operator.getitem and not _aliases_input(node.target):
+        if node.target is not operator.getitem and not aliases_input(node.target):
             return False
         node = node.args[0]
     return node.op == "placeholder"
@@ -508,10 +503,9 @@ def _outputs(gm, s, marks, placeholders):
                 continue
             if _views_input(o):
                 raise _Keep(f"output {o.name} is a view of an input")
-            from .compile import _is_view
             d, inner = _marker(val, s)
             # a view of another output stays one (no contiguous copy: they share storage)
-            outs.append((j, s, d, inner, val.is_contiguous() and not _is_view(o.target)))
+            outs.append((j, s, d, inner, val.is_contiguous() and not is_view(o.target)))
         elif isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)) and _has(val, s):
             souts[j] = val.node.expr
     return outs, souts, passed

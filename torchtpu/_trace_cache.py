@@ -55,7 +55,7 @@ def _fingerprint() -> str:
         h = hashlib.sha256(torch.__version__.encode())
         h.update("\n".join(sorted(str(op) for op in decompositions())).encode())
         here = pathlib.Path(__file__).parent
-        for name in ("compile.py", "_host_ops.py", "_trace_cache.py"):
+        for name in ("compile.py", "_schema.py", "_host_ops.py", "_trace_cache.py"):
             h.update((here / name).read_bytes())
         _FINGERPRINT = h.hexdigest()
     return _FINGERPRINT

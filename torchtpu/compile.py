@@ -39,6 +39,7 @@ import torch
 import torch.fx
 
 from . import _C, _padding, _trace_cache
+from ._schema import aliases_input, is_view, schema_args
 from ._host_ops import HostOps, cpu_scalars
 
 __all__ = ["backend", "stats"]
@@ -123,21 +124,6 @@ def decompositions() -> dict:
 
 
 # ---------------------------------------------------------------- the walk
-
-def schema_args(op: torch._ops.OpOverload, args, kwargs) -> list:
-    """Every non-out argument of op's schema, in order: positional, keyword, or its default."""
-    full = []
-    for i, a in enumerate(op._schema.arguments):
-        if a.is_out:
-            continue
-        if i < len(args):
-            full.append(args[i])
-        elif a.name in kwargs:
-            full.append(kwargs[a.name])
-        else:
-            full.append(a.default_value if a.has_default_value() else None)
-    return full
-
 
 def _scalar_dtype(x):
     if isinstance(x, (bool, torch.SymBool)):
@@ -440,10 +426,10 @@ class _Program:
             if self.visible is not None and j >= self.visible:
                 continue  # a saved activation: its own result, in the layout the backward is prepared for
             chain, n = [], o
-            while n.op == "call_function" and _is_view(n.target) and isinstance(n.args[0], torch.fx.Node):
+            while n.op == "call_function" and is_view(n.target) and isinstance(n.args[0], torch.fx.Node):
                 chain.append(n)
                 n = n.args[0]
-                if n in first and not _is_view(n.target):
+                if n in first and not is_view(n.target):
                     break
             if not chain or n not in first or n in self.host.nodes:
                 continue
@@ -542,20 +528,6 @@ class _Program:
                     y = op(y, *a, **kw)
                 out[j] = y
         return out
-
-
-def _aliases_input(op) -> bool:
-    """An op whose result aliases its first argument without writing it (schema
-    `Tensor(a)` or `Tensor(a)[]`: view, t, select, split, detach ...)."""
-    if not isinstance(op, torch._ops.OpOverload) or len(op._schema.returns) != 1:
-        return False
-    info = op._schema.returns[0].alias_info
-    return info is not None and not info.is_write
-
-
-def _is_view(op) -> bool:
-    """An op whose one tensor result is a view of its first argument."""
-    return _aliases_input(op) and str(op._schema.returns[0].type) == "Tensor"
 
 
 def _dense_order(sizes, strides):
