@@ -83,15 +83,15 @@ binding: $(BIND_SO)
 run: $(STAMP) $(BIND_SO)
 	$(VPY) examples/demo.py
 
-# CI runs every test in strict mode, then the fused fast slice (FUSED_SLICE: the fused
+# CI runs the tests in strict mode, then the fused fast slice (FUSED_SLICE: the fused
 # mode's own tests and the training loops, under a minute); test-modes runs everything in
-# fused (each test's programs are compiled again as fused programs: slow).
+# each mode (in fused, each test's programs are compiled again as fused programs: slow).
 # Pytest runs in PYTEST_JOBS worker processes (pytest-xdist), a test file per worker at a
 # time (--dist loadfile: a file's tests keep their order); tests marked `slow` (the float64
-# sweeps of the linalg decompositions) run in `make test-slow`, not here.
+# sweeps of the linalg decompositions) run in `make test-slow`, not in `make test`.
 FUSED_SLICE := tests/test_fused.py tests/test_training.py
 PYTEST_JOBS ?= 2
-XDIST = -n $(PYTEST_JOBS) --dist loadfile
+XDIST = -n $(PYTEST_JOBS) --dist loadfile --no-loadscope-reorder  # heavy files first: tests/conftest.py
 test: $(STAMP) $(MODELS_STAMP) $(BIND_SO) ctest
 	$(VPY) -m pytest -q $(XDIST) -m "not slow" tests
 	TORCHTPU_EAGER_MODE=fused $(VPY) -m pytest -q $(FUSED_SLICE)
