@@ -91,7 +91,7 @@ run: $(STAMP) $(BIND_SO)
 # sweeps of the linalg decompositions) run in `make test-slow`, not in `make test`.
 FUSED_SLICE := tests/test_fused.py tests/test_training.py
 PYTEST_JOBS ?= 2
-XDIST = -n $(PYTEST_JOBS) --dist loadfile --no-loadscope-reorder  # heavy files first: tests/conftest.py
+XDIST = -n $(PYTEST_JOBS) --dist loadfile
 test: $(STAMP) $(MODELS_STAMP) $(BIND_SO) ctest
 	$(VPY) -m pytest -q $(XDIST) -m "not slow" tests
 	TORCHTPU_EAGER_MODE=fused $(VPY) -m pytest -q $(FUSED_SLICE)

@@ -39,7 +39,7 @@ import torch
 import torch.fx
 
 from . import _C, _padding, _trace_cache
-from ._schema import aliases_input, is_view, schema_args
+from ._schema import is_view, schema_args
 from ._host_ops import HostOps, cpu_scalars
 
 __all__ = ["backend", "stats"]
