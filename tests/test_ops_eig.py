@@ -18,11 +18,9 @@ max |A|)."""
 import pytest
 import torch
 
-from tpu_testing import assert_raises_like, assert_same, check, tol
+from tpu_testing import LINALG_DTYPES, assert_raises_like, assert_same, check, tol
 
-# The float64 sweeps run in `make test-slow` (README, "Other targets"): what accelerators compute
-# is float32, and each dtype compiles programs of its own.
-DTYPES = [torch.float32, pytest.param(torch.float64, marks=pytest.mark.slow)]
+DTYPES = LINALG_DTYPES  # float64 in make test-slow (tpu_testing)
 EIG_SCALE = 50.0
 SHAPES = [(1, 1), (2, 2), (5, 5), (2, 3, 6, 6), (16, 16), (33, 33)]
 

@@ -13,11 +13,9 @@ import pytest
 import torch
 
 import torchtpu
-from tpu_testing import assert_same, check, check_like_cpu
+from tpu_testing import LINALG_DTYPES, assert_same, check, check_like_cpu
 
-# The float64 sweeps run in `make test-slow` (README, "Other targets"): what accelerators compute
-# is float32, and each dtype compiles programs of its own.
-DTYPES = [torch.float32, pytest.param(torch.float64, marks=pytest.mark.slow)]
+DTYPES = LINALG_DTYPES  # float64 in make test-slow (tpu_testing)
 SHAPES = [(1, 1), (2, 2), (3, 3), (5, 5), (4, 6, 6), (2, 3, 9, 9)]
 SCALE = 4.0
 

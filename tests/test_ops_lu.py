@@ -12,11 +12,9 @@ or a wrong solve (errors of order 1) still fails."""
 import pytest
 import torch
 
-from tpu_testing import assert_same, check, check_grad
+from tpu_testing import LINALG_DTYPES, assert_same, check, check_grad
 
-# The float64 sweeps run in `make test-slow` (README, "Other targets"): what accelerators compute
-# is float32, and each dtype compiles programs of its own.
-DTYPES = [torch.float32, pytest.param(torch.float64, marks=pytest.mark.slow)]
+DTYPES = LINALG_DTYPES  # float64 in make test-slow (tpu_testing)
 SHAPES = [(1, 1), (3, 3), (5, 5), (2, 4, 4), (2, 3, 6, 6)]
 COND_SCALE = 4.0
 

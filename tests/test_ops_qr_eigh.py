@@ -23,11 +23,9 @@ small matrices have in float64 terms) or the invariants above."""
 import pytest
 import torch
 
-from tpu_testing import assert_raises_like, assert_same, check, tol
+from tpu_testing import LINALG_DTYPES, assert_raises_like, assert_same, check, tol
 
-# The float64 sweeps run in `make test-slow` (README, "Other targets"): what accelerators compute
-# is float32, and each dtype compiles programs of its own.
-DTYPES = [torch.float32, pytest.param(torch.float64, marks=pytest.mark.slow)]
+DTYPES = LINALG_DTYPES  # float64 in make test-slow (tpu_testing)
 # (70, 45), (40, 75) and (2, 66, 66) span two or three 32-column panels of the
 # blocked factorisation; (40, 75) also has columns right of the last reflector.
 QR_SHAPES = [(1, 1), (3, 3), (5, 3), (3, 5), (2, 4, 4), (2, 3, 6, 4), (2, 4, 6), (24, 20), (70, 45), (40, 75),

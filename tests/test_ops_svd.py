@@ -24,11 +24,9 @@ returns NaN here) and compared with the float64 result in their own tolerance.""
 import pytest
 import torch
 
-from tpu_testing import assert_raises_like, assert_same, check, check_grad
+from tpu_testing import LINALG_DTYPES, assert_raises_like, assert_same, check, check_grad
 
-# The float64 sweeps run in `make test-slow` (README, "Other targets"): what accelerators compute
-# is float32, and each dtype compiles programs of its own.
-DTYPES = [torch.float32, pytest.param(torch.float64, marks=pytest.mark.slow)]
+DTYPES = LINALG_DTYPES  # float64 in make test-slow (tpu_testing)
 REL = {torch.float32: 2e-5, torch.float64: 1e-12}
 ORTH = {torch.float32: 1e-5, torch.float64: 1e-12}
 REL_EXP = {torch.float32: 2e-6, torch.float64: 1e-14}

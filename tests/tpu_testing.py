@@ -17,6 +17,11 @@ import re
 import pytest
 import torch
 
+# The dtypes of the linalg decomposition tests. Their float64 sweeps are marked slow and run
+# in `make test-slow` (README, "Other targets"), not in `make test`: what accelerators compute
+# is float32, and each dtype compiles programs of its own.
+LINALG_DTYPES = [torch.float32, pytest.param(torch.float64, marks=pytest.mark.slow)]
+
 TOL = {
     # The requirement: ~80 float32 ulps (2**-23), room for a different
     # summation order or another (correctly rounded to a few ulps) algorithm.
