@@ -20,7 +20,7 @@ from test_compile_cache import _env, entries
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 PROGRAM = r"""
-import json, os
+import json, os, sys
 import torch, torchtpu
 from torch._dynamo.utils import counters
 
@@ -47,11 +47,12 @@ def train(dev, compiled):
     return losses, [p.detach().cpu() for p in m.parameters()]
 
 losses, params = train("tpu", True)
+inductor = "torch._inductor.compile_fx" in sys.modules  # before the CPU run, which compiles nothing
 ref_losses, ref_params = train("cpu", False)
 ok = all(torch.allclose(a, b, rtol=1e-4, atol=1e-5) for a, b in zip(params, ref_params))
 ok = ok and torch.allclose(torch.tensor(losses), torch.tensor(ref_losses), rtol=1e-4, atol=1e-5)
 print(json.dumps({"metrics": torchtpu.metrics(), "aot": dict(counters["aot_autograd"]), "ok": bool(ok),
-                  "losses": losses, "params": [p.flatten().tolist() for p in params]}), flush=True)
+                  "inductor": inductor, "losses": losses, "params": [p.flatten().tolist() for p in params]}), flush=True)
 """
 
 
@@ -114,6 +115,8 @@ def test_warm_process_skips_aotautograd(warm):
     assert d["aot_hits"] == c["misses"] and d["aot_misses"] == 0  # AOTAutograd traced nothing
     assert d["compiles"] == 0  # the programs rebuilt from the stored graphs are the same programs
     assert w["losses"] == cold["losses"] and w["params"] == cold["params"]
+    # Tracing opt.step() did not import Inductor (torchtpu/integrations.py), cold or warm
+    assert not cold["inductor"] and not w["inductor"]
 
 
 def test_key_ignores_whether_inductor_registered_its_devices(warm):

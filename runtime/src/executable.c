@@ -88,16 +88,20 @@ static_assert(sizeof kOptions / sizeof kOptions[0] == TPU_OPTIONS_COUNT, "one ro
 
 /* Compile tiers. XLA's CPU compile of one small eager op costs 50-90 ms here,
  * most of it the MLIR fusion emitters and LLVM, while the op then runs in
- * microseconds whatever the code quality. So a program without a loop whose
- * every array holds at most quick_max_elements elements is compiled with LLVM at
- * -O1 (docs/compile-cache.md). Loops keep the defaults: their run time is what
- * counts. The classic fusion emitters (xla_cpu_use_fusion_emitters=false) were
- * part of this tier until a full fused-mode run found a fused forward+backward
- * program with tied weights that they compiled to wrong gradients (the same
- * program is right with the defaults or -O1 alone: test_module_semantics.py).
- * Everything else gets the CPU defaults; programs for other plugins the plain
- * options (TPU_TIER_OTHER_PLUGIN). */
+ * microseconds whatever the code quality. So a program whose every array holds
+ * at most quick_max_elements elements is compiled with LLVM at -O1
+ * (docs/compile-cache.md); a program with a loop only up to
+ * TPU_QUICK_LOOP_MAX_ELEMENTS, since a loop runs its code many times: at 128x128
+ * an SVD, eigh, QR or LU runs as fast at -O1 as with the defaults (within this
+ * machine's noise) and compiles 10-25% sooner; at 256x256 the SVD runs 13% slower.
+ * The classic fusion emitters (xla_cpu_use_fusion_emitters=false) were part of
+ * this tier until a full fused-mode run found a fused forward+backward program
+ * with tied weights that they compiled to wrong gradients (the same program is
+ * right with the defaults or -O1 alone: test_module_semantics.py). Everything
+ * else gets the CPU defaults; programs for other plugins the plain options
+ * (TPU_TIER_OTHER_PLUGIN). */
 #define TPU_QUICK_MAX_ELEMENTS_DEFAULT 65536
+#define TPU_QUICK_LOOP_MAX_ELEMENTS 16384
 
 typedef enum {
   TPU_TIER_OTHER_PLUGIN,
@@ -167,7 +171,8 @@ static tpu_tier_t program_tier(const char* mlir, size_t len, bool* out_loop) {
   if (!tpu_runtime_platform_is_cpu()) return TPU_TIER_OTHER_PLUGIN;
   *out_loop = program_has_loop(mlir, len);
   int64_t limit = quick_max_elements();
-  if (limit <= 0 || *out_loop) return TPU_TIER_DEFAULT;
+  if (*out_loop && limit > TPU_QUICK_LOOP_MAX_ELEMENTS) limit = TPU_QUICK_LOOP_MAX_ELEMENTS;
+  if (limit <= 0) return TPU_TIER_DEFAULT;
   return program_max_elements(mlir, len, limit) > limit ? TPU_TIER_DEFAULT : TPU_TIER_QUICK;
 }
 

@@ -528,10 +528,10 @@ TEST(compile_and_execute_add) {
   tpu_executable_destroy(NULL);
 }
 
-/* Small programs without loops compile with the CPU plugin's quick options
- * (executable.c): counted in compiles_quick, and they compute the same. Large
- * arrays (over 65536 elements, the default bound), while loops
- * and dynamic dims get the default options. */
+/* Small programs compile with the CPU plugin's quick options (executable.c):
+ * counted in compiles_quick, and they compute the same. Large arrays (over 65536
+ * elements, the default bound; over 16384 in a program with a while loop) and
+ * dynamic dims get the default options. */
 static int64_t compile_tier_quick(const char* text, int nouts) {
   int64_t quick0 = tpu_metric_get(TPU_METRIC_QUICK_COMPILES), compiles0 = tpu_metric_get(TPU_METRIC_COMPILES);
   tpu_executable_t* exe = NULL;
@@ -584,8 +584,9 @@ TEST(compile_tier_follows_program_size) {
                     "    \"func.return\"(%1) : (tensor<f32>) -> ()\n  }\n}\n",
                     1),
                 0);
-  /* A loop keeps the defaults, however small its arrays. */
-  EXPECT_EQ_INT(compile_tier_quick_loop(16), 0);
+  /* A loop runs its code many times: quick only up to 16384 elements. */
+  EXPECT_EQ_INT(compile_tier_quick_loop(16384), quick);
+  EXPECT_EQ_INT(compile_tier_quick_loop(16385), 0);
   /* The quick executable computes what the default one does. */
   static const char kSub[] =
       "module {\n  func.func @main(%a: tensor<5xf32>, %b: tensor<5xf32>) -> tensor<5xf32> {\n"
