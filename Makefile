@@ -88,12 +88,13 @@ run: $(STAMP) $(BIND_SO)
 # each mode (in fused, each test's programs are compiled again as fused programs: slow).
 # Pytest runs in PYTEST_JOBS worker processes (pytest-xdist), a test file per worker at a
 # time (--dist loadfile: a file's tests keep their order); tests marked `slow` (the float64
-# sweeps of the linalg decompositions) run in `make test-slow`, not in `make test`.
+# sweeps of the linalg decompositions) run in `make test-slow`, not in `make test`. The
+# 15 slowest tests are listed at the end of the run: where the time budget goes.
 FUSED_SLICE := tests/test_fused.py tests/test_training.py
 PYTEST_JOBS ?= 2
 XDIST = -n $(PYTEST_JOBS) --dist loadfile
 test: $(STAMP) $(MODELS_STAMP) $(BIND_SO) ctest
-	$(VPY) -m pytest -q $(XDIST) -m "not slow" tests
+	$(VPY) -m pytest -q $(XDIST) --durations=15 -m "not slow" tests
 	TORCHTPU_EAGER_MODE=fused $(VPY) -m pytest -q $(FUSED_SLICE)
 
 test-slow: $(STAMP) $(MODELS_STAMP) $(BIND_SO)

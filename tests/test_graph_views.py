@@ -33,9 +33,6 @@ def _sub(args, ins, vals):
     return out
 
 
-_schema_args = schema_args  # the graph walk's own (torchtpu._schema): it fills arguments the same way
-
-
 def _op(name, overload):
     return getattr(getattr(A, name), overload or "default")
 
@@ -43,7 +40,7 @@ def _op(name, overload):
 def run_graph(name, overload, args, ins, nresults, kwargs=None):
     g = torchtpu._C.Graph()
     vals = [V(g.add_input()) for _ in ins]
-    full = _schema_args(_op(name, overload), args, kwargs or {})
+    full = schema_args(_op(name, overload), args, kwargs or {})  # as the graph walk fills them
     first = g.apply("aten::" + name, overload, _sub(full, ins, vals), nresults)
     g.set_outputs(list(range(first, first + nresults)))
     return g.run([t.to("tpu") for t in ins])
