@@ -6,6 +6,13 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.deps-installed
 BUILD := build
 
+# One compile per CPU (the serial build took 484 s of a fresh `make test` here, -j2 231 s).
+# A -j on the command line wins; `make clean` with other goals stays serial, so that it
+# cannot race them.
+ifeq ($(filter clean,$(MAKECMDGOALS)),)
+MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 1)
+endif
+
 CC ?= cc
 CFLAGS_BASE := -std=c11 -g -fPIC -Wall -Wextra -Werror -Iruntime/include -Iruntime/src \
                -D_POSIX_C_SOURCE=200809L

@@ -10,6 +10,7 @@ PyTorch eager on the CPU (fp32, 3 steps: rtol 1e-4, atol 1e-5).
 import json
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 
@@ -93,11 +94,19 @@ def blob_entries(cache_dir):
     return found
 
 
+@pytest.fixture(scope="module")
+def _cold(tmp_path_factory):
+    """One cold process for the module (each costs a whole trace and compile)."""
+    cache = tmp_path_factory.mktemp("cold") / "cache"
+    return cache, run(cache)
+
+
 @pytest.fixture
-def warm(tmp_path):
-    cache = tmp_path / "cache"
-    cold = run(cache)
-    return cache, cold
+def warm(_cold, tmp_path):
+    """A copy of the cold process's cache, so that a test may damage its own."""
+    cache, cold = _cold
+    shutil.copytree(cache, tmp_path / "cache")
+    return tmp_path / "cache", cold
 
 
 def test_warm_process_skips_aotautograd(warm):

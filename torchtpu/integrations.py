@@ -15,8 +15,9 @@ Installed by ``import torchtpu`` (docs/integrations.md says what works):
   "gloo"), so ``TorchTrainer`` with ``prepare_model`` runs DDP on tpu.
 * torch.compile: the ``"tpu"`` Dynamo backend (torchtpu/compile.py), registered
   when Dynamo's backend registry is imported; ``torch.compile(model)`` with the default
-  backend compiles graphs on tpu tensors with it too (Inductor would need JAX). Tracing
-  an optimizer step no longer imports Inductor just to ask a cuda-only question.
+  backend compiles graphs on tpu tensors with it too (Inductor would need JAX). Dynamo's
+  check whether an optimizer's gradients sit at static addresses for CUDA graphs is
+  answered for non-cuda tensors without importing Inductor (it is always yes off cuda).
 
 Python glue only: no numerics here.
 """
