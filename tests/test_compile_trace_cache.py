@@ -10,13 +10,12 @@ PyTorch eager on the CPU (fp32, 3 steps: rtol 1e-4, atol 1e-5).
 import json
 import os
 import pickle
-import shutil
 import subprocess
 import sys
 
 import pytest
 
-from test_compile_cache import _env, entries
+from test_compile_cache import _env, copy_cache, entries
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -96,17 +95,15 @@ def blob_entries(cache_dir):
 
 @pytest.fixture(scope="module")
 def _cold(tmp_path_factory):
-    """One cold process for the module (each costs a whole trace and compile)."""
+    """One cold process per module (each traces and compiles the whole step)."""
     cache = tmp_path_factory.mktemp("cold") / "cache"
     return cache, run(cache)
 
 
 @pytest.fixture
 def warm(_cold, tmp_path):
-    """A copy of the cold process's cache, so that a test may damage its own."""
-    cache, cold = _cold
-    shutil.copytree(cache, tmp_path / "cache")
-    return tmp_path / "cache", cold
+    """A copy of the directory the cold process filled; returns (dir, cold result)."""
+    return copy_cache(_cold[0], tmp_path), _cold[1]
 
 
 def test_warm_process_skips_aotautograd(warm):
