@@ -317,6 +317,39 @@ print("ok")
     assert out["b_flushes"] == 16 and out["b_programs"] == 3, r.stdout
 
 
+def test_a_body_that_repeats_one_op_is_cut_at_the_body_not_the_op():
+    # Each call repeats add, mul 50 times on the same input: the executables alone
+    # repeat every 2 ops, but the body is the call (100 ops), where the first add
+    # reads the input instead of the op just before. The period search compares
+    # how far back each operand was made too, so once it has seen two calls every
+    # cut holds one call: 5 programs (the cuts before that included). On the
+    # executables' period the cuts drifted across the calls: 17 programs here, and
+    # 42 for 40 calls of a 1000-op body at the default limits (6 now).
+    script = r"""
+import torch, torchtpu
+def call(t):
+    for _ in range(50):
+        t = (t + 1.0) * 0.5
+    return t
+x = torch.randn(16)
+want = [call(x)]
+with torchtpu.eager_mode("fused"):
+    xt = x.to("tpu")
+    torch.tpu.synchronize()
+    before = torchtpu.metrics()
+    for _ in range(20):
+        y = call(xt)
+    got = y.cpu()
+m = torchtpu.metrics()
+print("programs", m["fused_programs"] - before["fused_programs"])
+print("flushes", m["fused_flushes"] - before["fused_flushes"])
+torch.testing.assert_close(got, want[0], rtol=1e-5, atol=1e-5)
+print("ok")
+"""
+    out, r = _counts_in_a_process(script, TORCHTPU_FUSED_MAX_OPS="64")
+    assert out["programs"] == 5 and out["flushes"] == 22, r.stdout
+
+
 def test_a_loop_body_longer_than_a_recording_is_learned_across_cuts():
     # A loop body of 100 (then 200) executions: k-element products for k = 1..n,
     # each a program of its own, each followed by an add. With a limit of 64 no

@@ -34,6 +34,7 @@ struct tpu_buffer {
   tpu_donation_t* donation; /* donated: when that execution finished (owned; may be NULL) */
   int32_t fuse_value;       /* PENDING: its value in its device's fused queue... */
   uint64_t fuse_epoch;      /* ...of this epoch */
+  uint64_t fuse_seq;        /* a placeholder: its op's place in its queue's op stream (>= 1) */
   tpu_aval_t aval;
   int device;
   size_t nbytes;
@@ -135,7 +136,7 @@ tpu_status_t* tpu_buffer_wrap(PJRT_Buffer* pjrt, int device, const tpu_aval_t* a
 }
 
 tpu_status_t* tpu_buffer_create_pending(int device, const tpu_aval_t* aval, const char* producer, int32_t value,
-                                        uint64_t epoch, tpu_buffer_t** out_buffer) {
+                                        uint64_t epoch, uint64_t seq, tpu_buffer_t** out_buffer) {
   *out_buffer = NULL;
   size_t nbytes = 0;
   TPU_RETURN_IF_ERROR(aval_nbytes(aval, &nbytes));
@@ -146,9 +147,12 @@ tpu_status_t* tpu_buffer_create_pending(int device, const tpu_aval_t* aval, cons
   buf->counted = true;
   buf->fuse_value = value;
   buf->fuse_epoch = epoch;
+  buf->fuse_seq = seq;
   *out_buffer = buf;
   return NULL;
 }
+
+uint64_t tpu_buffer_fuse_seq(const tpu_buffer_t* buf) { return buf ? buf->fuse_seq : 0; }
 
 bool tpu_buffer_pending_value(const tpu_buffer_t* buf, uint64_t epoch, int32_t* out_value) {
   if (!buf || atomic_load_explicit(&buf->state, memory_order_acquire) != BUF_PENDING || buf->fuse_epoch != epoch)

@@ -66,9 +66,12 @@ void tpu_buffer_note_replaced(tpu_buffer_t* old, tpu_buffer_t* buf);
  * Call before the buffer is shared. */
 void tpu_buffer_intern(tpu_buffer_t* buf);
 bool tpu_buffer_interned(const tpu_buffer_t* buf);
-/* A PENDING placeholder for value `value` of `device`'s fused queue at `epoch`. */
+/* A PENDING placeholder for value `value` of `device`'s fused queue at `epoch`,
+ * made by the queue's `seq`-th recorded op (>= 1). */
 tpu_status_t* tpu_buffer_create_pending(int device, const tpu_aval_t* aval, const char* producer, int32_t value,
-                                        uint64_t epoch, tpu_buffer_t** out_buffer);
+                                        uint64_t epoch, uint64_t seq, tpu_buffer_t** out_buffer);
+/* A placeholder's `seq`, pending or settled; 0 for any other buffer. */
+uint64_t tpu_buffer_fuse_seq(const tpu_buffer_t* buf);
 bool tpu_buffer_is_pending(const tpu_buffer_t* buf);
 /* True when `buf` may be donated to an execution: a real device buffer, not
  * lent host memory (hostpool.h) nor interned, held by exactly `holders` references (the

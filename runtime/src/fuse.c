@@ -72,11 +72,13 @@ typedef struct fuse_op {
   int32_t first_arg, nargs; /* value ids in q->args */
   int32_t first_val, nouts;
   char producer[48]; /* the op, for error messages */
+  uint64_t seq;      /* its place in the queue's op stream, across cuts (>= 1) */
 } fuse_op_t;
 
 typedef struct fuse_queue {
   pthread_mutex_t mu;
   uint64_t epoch; /* bumped by every flush: placeholders of older epochs are settled */
+  uint64_t seq;   /* ops recorded so far, every recording */
   fuse_op_t* ops;
   int nops, ops_cap;
   int32_t* args;
@@ -94,8 +96,9 @@ typedef struct fuse_queue {
    * past the size limit (chunk 0); a longer one into chunks of `chunk` ops from
    * each period's start, `phase` counting the ops since the learning cut. */
   int period, chunk, phase;
-  /* The executable ids of the recordings cut at the size limit since the last
-   * sync, oldest first (the period is learned and checked on them). */
+  /* The executions of the recordings cut at the size limit since the last
+   * sync, oldest first (fuse_hist_entry; the period is learned and checked on
+   * them). */
   uint64_t* hist;
   int32_t* hist_border; /* fuse_period's work space, hist_cap long */
   int hist_len, hist_cap;
@@ -272,7 +275,7 @@ static tpu_status_t* fuse_record(tpu_executable_t* exe, int device, int nargs, t
     return st; /* inputs already added stay unused: harmless */
   }
   fuse_op_t* op = &q->ops[q->nops];
-  *op = (fuse_op_t){tpu_executable_retain(exe), first_arg, nargs, q->nvals, 0, ""};
+  *op = (fuse_op_t){tpu_executable_retain(exe), first_arg, nargs, q->nvals, 0, "", ++q->seq};
   size_t plen = strnlen(producer, sizeof op->producer - 1);
   memcpy(op->producer, producer, plen);
   op->producer[plen] = '\0';
@@ -283,7 +286,7 @@ static tpu_status_t* fuse_record(tpu_executable_t* exe, int device, int nargs, t
   for (int j = 0; j < nouts && !st; ++j) {
     fuse_val_t* v = &q->vals[q->nvals];
     *v = (fuse_val_t){NULL, NULL, q->nops, j, -1, -1, out_avals[j]};
-    st = tpu_buffer_create_pending(device, &out_avals[j], producer, q->nvals, q->epoch, &out_buffers[j]);
+    st = tpu_buffer_create_pending(device, &out_avals[j], producer, q->nvals, q->epoch, op->seq, &out_buffers[j]);
     v->pending = out_buffers[j];
     q->nvals++;
     op->nouts++;
@@ -737,11 +740,12 @@ static tpu_status_t* fuse_run(fuse_queue_t* q, int device, const int32_t* outs, 
 }
 
 /* The period of the longest stretch at the end of the history that repeats at
- * least twice, that stretch being at least the last recording (`min_len`
- * executions: the evidence a single recording gave before); 0: none. The
- * longest stretch is the most evidence: a layer that repeats inside a longer
- * loop body is not taken for the body, and what came before the loop (a prefill
- * before a decode loop) is left out.
+ * least twice, that stretch being at least `min_len` executions (half the last
+ * recording: a loop's first pass reads what came before the loop, not what its
+ * previous pass made, so the first recording differs from the later ones in its
+ * first ops); 0: none. The longest stretch is the most evidence: a layer that
+ * repeats inside a longer loop body is not taken for the body, and what came
+ * before the loop (a prefill before a decode loop) is left out.
  *
  * One pass: a sequence and its reverse have the same periods, and the prefix
  * function of the reversed history (Knuth-Morris-Pratt) gives each of its
@@ -764,6 +768,27 @@ static int fuse_period(fuse_queue_t* q, int min_len) {
   return 0;
 }
 
+/* Operands made at most this many ops earlier are told apart by that distance;
+ * all others (and uploads, strict results) are "far". */
+#define FUSE_HIST_NEAR 64
+
+/* What the period search compares per execution: its executable and, per
+ * operand, how many ops earlier in the op stream it was made (the same in every
+ * iteration of a loop, wherever the cuts fall). Executables alone show a body
+ * that repeats one op (500 times `x = x * 0.5 + 1` per call, each call on the
+ * same input) with the op's period: cuts on it drift across the calls, where
+ * the body reads its input again, and every chunk is a new program. */
+static uint64_t fuse_hist_entry(const fuse_queue_t* q, const fuse_op_t* op) {
+  uint64_t h = tpu_executable_id(op->exe);
+  for (int a = 0; a < op->nargs; ++a) {
+    const fuse_val_t* x = &q->vals[q->args[op->first_arg + a]];
+    uint64_t made = x->op >= 0 ? q->ops[x->op].seq : tpu_buffer_fuse_seq(x->ext);
+    uint64_t back = made ? op->seq - made : FUSE_HIST_NEAR + 1;
+    h = (h ^ (back <= FUSE_HIST_NEAR ? back : FUSE_HIST_NEAR + 1)) * 0x100000001b3ull;
+  }
+  return h;
+}
+
 /* Adds the recording being cut to the history. Past FUSE_HIST_OPS executions
  * the oldest go, down to half of that, so the move is paid once per half the
  * history, not at every cut. False without memory (the period is then not
@@ -781,7 +806,7 @@ static bool fuse_hist_add(fuse_queue_t* q) {
   if (!fuse_grow((void**)&q->hist_border, &cap, need, sizeof(*q->hist_border)) ||
       !fuse_grow((void**)&q->hist, &q->hist_cap, need, sizeof(*q->hist)))
     return false;
-  for (int i = 0; i < q->nops; ++i) q->hist[q->hist_len++] = tpu_executable_id(q->ops[i].exe);
+  for (int i = 0; i < q->nops; ++i) q->hist[q->hist_len++] = fuse_hist_entry(q, &q->ops[i]);
   return true;
 }
 
@@ -806,7 +831,7 @@ static void fuse_learn_period(fuse_queue_t* q) {
     return;
   }
   if (q->period && fuse_follows_period(q)) return;
-  if ((q->period = fuse_period(q, q->nops)) == 0) {
+  if ((q->period = fuse_period(q, q->nops / 2)) == 0) {
     q->chunk = q->phase = 0;
     return;
   }
