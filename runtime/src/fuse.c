@@ -72,13 +72,12 @@ typedef struct fuse_op {
   int32_t first_arg, nargs; /* value ids in q->args */
   int32_t first_val, nouts;
   char producer[48]; /* the op, for error messages */
-  uint64_t seq;      /* its place in the queue's op stream, across cuts (>= 1) */
 } fuse_op_t;
 
 typedef struct fuse_queue {
   pthread_mutex_t mu;
   uint64_t epoch; /* bumped by every flush: placeholders of older epochs are settled */
-  uint64_t seq;   /* ops recorded so far, every recording */
+  uint64_t seq;   /* ops recorded so far, every recording: ops[i] is the (seq - nops + 1 + i)-th */
   fuse_op_t* ops;
   int nops, ops_cap;
   int32_t* args;
@@ -275,7 +274,8 @@ static tpu_status_t* fuse_record(tpu_executable_t* exe, int device, int nargs, t
     return st; /* inputs already added stay unused: harmless */
   }
   fuse_op_t* op = &q->ops[q->nops];
-  *op = (fuse_op_t){tpu_executable_retain(exe), first_arg, nargs, q->nvals, 0, "", ++q->seq};
+  *op = (fuse_op_t){tpu_executable_retain(exe), first_arg, nargs, q->nvals, 0, ""};
+  ++q->seq;
   size_t plen = strnlen(producer, sizeof op->producer - 1);
   memcpy(op->producer, producer, plen);
   op->producer[plen] = '\0';
@@ -286,7 +286,7 @@ static tpu_status_t* fuse_record(tpu_executable_t* exe, int device, int nargs, t
   for (int j = 0; j < nouts && !st; ++j) {
     fuse_val_t* v = &q->vals[q->nvals];
     *v = (fuse_val_t){NULL, NULL, q->nops, j, -1, -1, out_avals[j]};
-    st = tpu_buffer_create_pending(device, &out_avals[j], producer, q->nvals, q->epoch, op->seq, &out_buffers[j]);
+    st = tpu_buffer_create_pending(device, &out_avals[j], producer, q->nvals, q->epoch, q->seq, &out_buffers[j]);
     v->pending = out_buffers[j];
     q->nvals++;
     op->nouts++;
@@ -778,13 +778,16 @@ static int fuse_period(fuse_queue_t* q, int min_len) {
  * that repeats one op (500 times `x = x * 0.5 + 1` per call, each call on the
  * same input) with the op's period: cuts on it drift across the calls, where
  * the body reads its input again, and every chunk is a new program. */
-static uint64_t fuse_hist_entry(const fuse_queue_t* q, const fuse_op_t* op) {
+static uint64_t fuse_hist_entry(const fuse_queue_t* q, int i) {
+  const fuse_op_t* op = &q->ops[i];
+  const uint64_t first = q->seq - (uint64_t)q->nops + 1; /* ops[0]'s place in the stream */
   uint64_t h = tpu_executable_id(op->exe);
   for (int a = 0; a < op->nargs; ++a) {
     const fuse_val_t* x = &q->vals[q->args[op->first_arg + a]];
-    uint64_t made = x->op >= 0 ? q->ops[x->op].seq : tpu_buffer_fuse_seq(x->ext);
-    uint64_t back = made ? op->seq - made : FUSE_HIST_NEAR + 1;
-    h = (h ^ (back <= FUSE_HIST_NEAR ? back : FUSE_HIST_NEAR + 1)) * 0x100000001b3ull;
+    uint64_t made = x->op >= 0 ? first + (uint64_t)x->op : tpu_buffer_fuse_seq(x->ext);
+    uint64_t back = made ? first + (uint64_t)i - made : FUSE_HIST_NEAR + 1;
+    uint64_t pair[2] = {h, back <= FUSE_HIST_NEAR ? back : FUSE_HIST_NEAR + 1};
+    h = tpu_hash_bytes((const uint8_t*)pair, sizeof pair);
   }
   return h;
 }
@@ -806,7 +809,7 @@ static bool fuse_hist_add(fuse_queue_t* q) {
   if (!fuse_grow((void**)&q->hist_border, &cap, need, sizeof(*q->hist_border)) ||
       !fuse_grow((void**)&q->hist, &q->hist_cap, need, sizeof(*q->hist)))
     return false;
-  for (int i = 0; i < q->nops; ++i) q->hist[q->hist_len++] = fuse_hist_entry(q, &q->ops[i]);
+  for (int i = 0; i < q->nops; ++i) q->hist[q->hist_len++] = fuse_hist_entry(q, i);
   return true;
 }
 
