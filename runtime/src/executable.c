@@ -40,8 +40,14 @@ static atomic_uint_fast64_t g_loads; /* executables compiled or loaded from disk
 
 /* Serialized xla.CompileOptionsProto: compile_portable_executable = true (so
  * execute_device may pick any device), then executable_build_options {
- * num_replicas = 1, num_partitions = 1 }. Empty options abort the CPU plugin. */
+ * num_replicas = 1, num_partitions = 1 }. Empty options abort the CPU plugin.
+ * A client with one device leaves out the portable flag (its first
+ * TPU_PORTABLE_LEN bytes): each launch of a portable executable names its
+ * device, and the plugin answers that by copying the executable's compile
+ * options and building a device assignment per call (about a tenth of a
+ * small op's dispatch on the CPU plugin). */
 #define TPU_OPTIONS_BASE "\x20\x01\x1a\x04\x20\x01\x28\x01"
+#define TPU_PORTABLE_LEN 2
 
 /* env_option_overrides entries (field 7, map<string, OptionOverrideProto>, an
  * OptionOverrideProto being bool_field = 2 or int_field = 3). They change one
@@ -176,6 +182,17 @@ static tpu_tier_t program_tier(const char* mlir, size_t len, bool* out_loop) {
   return program_max_elements(mlir, len, limit) > limit ? TPU_TIER_DEFAULT : TPU_TIER_QUICK;
 }
 
+/* Whether executables are compiled for the client's one device (see
+ * TPU_OPTIONS_BASE); fixed once the client exists. */
+static bool single_device(void) { return tpu_runtime_device_count() == 1; }
+
+/* The serialized options of that set for this client. */
+static const char* options_bytes(tpu_options_t options, size_t* out_len) {
+  const size_t skip = single_device() ? TPU_PORTABLE_LEN : 0;
+  *out_len = kOptions[options].len - skip;
+  return kOptions[options].bytes + skip;
+}
+
 /* The options for a program of that tier, less the overrides the plugin refused. */
 static tpu_options_t compile_options(tpu_tier_t tier) {
   if (tier == TPU_TIER_OTHER_PLUGIN || atomic_load_explicit(&g_no_xnn_option, memory_order_relaxed))
@@ -213,8 +230,7 @@ static tpu_status_t* compile_program(const PJRT_Api* api, PJRT_Program* program,
     TPU_PJRT_ARGS(PJRT_Client_Compile_Args, args, executable);
     args.client = tpu_client_pjrt();
     args.program = program;
-    args.compile_options = kOptions[options].bytes;
-    args.compile_options_size = kOptions[options].len;
+    args.compile_options = options_bytes(options, &args.compile_options_size);
     status = TPU_PJRT_CALL(api, Client_Compile, &args);
     if (!status) {
       *out_loaded = args.executable;
@@ -269,8 +285,10 @@ static tpu_status_t* load_or_compile(const PJRT_Api* api, const char* mlir, size
   bool disk = tpu_disk_cache_enabled();
   tpu_disk_key_t key;
   tpu_options_t options = compile_options(tier);
+  size_t options_len = 0;
+  const char* options_text = options_bytes(options, &options_len);
   if (disk) {
-    tpu_disk_cache_key(mlir, len, kOptions[options].bytes, kOptions[options].len, &key);
+    tpu_disk_cache_key(mlir, len, options_text, options_len, &key);
     tpu_trace_range_t lookup = tpu_trace_begin(TPU_TRACE_DISK_LOOKUP, NULL);
     *out_loaded = tpu_disk_cache_load(api, &key);
     tpu_trace_end(lookup);
@@ -294,7 +312,10 @@ static tpu_status_t* load_or_compile(const PJRT_Api* api, const char* mlir, size
   TPU_RETURN_IF_ERROR(status);
   if (kOptions[used].quick) tpu_metric_add(TPU_METRIC_QUICK_COMPILES, 1);
   if (disk) {
-    if (used != options) tpu_disk_cache_key(mlir, len, kOptions[used].bytes, kOptions[used].len, &key);
+    if (used != options) {
+      options_text = options_bytes(used, &options_len);
+      tpu_disk_cache_key(mlir, len, options_text, options_len, &key);
+    }
     tpu_disk_cache_store(api, &key, *out_loaded);
   }
   return NULL;
@@ -563,7 +584,7 @@ tpu_status_t* tpu_executable_launch_donating(tpu_executable_t* exe, int device, 
   call.num_devices = 1;
   call.num_args = (size_t)nargs;
   call.output_lists = out_lists;
-  call.execute_device = tpu_client_device(device);
+  call.execute_device = single_device() ? NULL : tpu_client_device(device);
   status = TPU_PJRT_CALL(api, LoadedExecutable_Execute, &call);
   tpu_metric_add(TPU_METRIC_EXECUTIONS, 1);
   if (status) {
