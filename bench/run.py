@@ -46,10 +46,10 @@ BACKEND_LABEL = {"tpu": "torchtpu eager (tpu)", "tpu-fused": "torchtpu fused eag
 
 # repeats / warm-up per workload (full, quick)
 PLAN = {
-    "full": {"repeats": {"dispatch": 20, "matmul": 10, "mlp_train": 15, "gpt_train": 7,
+    "full": {"repeats": {"dispatch": 20, "matmul": 10, "mlp_train": 15, "mlp_loop": 7, "gpt_train": 7,
                          "gpt_fwd": 10, "llama_decode": 7, "svd": 5, "qr": 5, "eigh": 5},
              "warmup": 2, "timeout_s": 1200},
-    "quick": {"repeats": {"dispatch": 5, "matmul": 3, "mlp_train": 5, "gpt_train": 3,
+    "quick": {"repeats": {"dispatch": 5, "matmul": 3, "mlp_train": 5, "mlp_loop": 3, "gpt_train": 3,
                           "gpt_fwd": 3, "llama_decode": 3, "svd": 3, "qr": 3, "eigh": 3},
               "warmup": 1, "timeout_s": 300,
               # Cold Inductor compiles (C++ kernels) take minutes on 2 cores: --quick keeps

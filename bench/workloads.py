@@ -30,6 +30,7 @@ FULL = {
     "dispatch": {"ops": 1000, "numel": 16},
     "matmul": {"n": 2048},
     "mlp_train": {"batch": 128, "dims": [784, 1024, 1024, 10]},
+    "mlp_loop": {"batch": 128, "dims": [784, 1024, 1024, 10], "steps": 10},
     "gpt_train": {"layers": 4, "d_model": 512, "heads": 8, "seq": 256, "batch": 8, "vocab": 50257},
     "gpt_fwd": {"layers": 4, "d_model": 512, "heads": 8, "seq": 256, "batch": 8, "vocab": 50257},
     "llama_decode": {"layers": 4, "d_model": 256, "heads": 4, "kv_heads": 2, "ffn": 768,
@@ -171,6 +172,23 @@ def mlp_train(backend, cfg):
     if backend in _WHOLE:
         notes.append("whole step compiled: forward, loss, backward and the Adam step")
     return Workload(step, "ms/step", 1e3, "latency", notes)
+
+
+def mlp_loop(backend, cfg):
+    """mlp_train's step `steps` times in a row, synchronised once at the end: a training
+    loop that does not read its loss every step. Strict mode queues steps ahead; fused
+    mode has no sync to cut its recording at and must find the loop's period itself
+    (docs/eager-modes.md), so a timed compile here means it did not."""
+    inner = mlp_train(backend, cfg)
+    n = cfg["steps"]
+
+    def step():
+        for _ in range(n):
+            loss = inner.step()
+        return loss
+
+    return Workload(step, "ms/step", 1e3 / n, "latency",
+                    inner.notes + [f"{n} steps per timed run, one sync after the last"])
 
 
 # ---------------------------------------------------------------- 4. GPT-2-shaped decoder
@@ -431,6 +449,7 @@ BUILDERS = {
     "dispatch": dispatch,
     "matmul": matmul,
     "mlp_train": mlp_train,
+    "mlp_loop": mlp_loop,
     "gpt_train": gpt_train,
     "gpt_fwd": gpt_fwd,
     "llama_decode": llama_decode,
@@ -450,6 +469,8 @@ def describe(name, cfg):
         "dispatch": lambda: f"chain of {c['ops']} add/mul on a {c['numel']}-element fp32 tensor",
         "matmul": lambda: f"{c['n']}x{c['n']} @ {c['n']}x{c['n']} fp32 (2n^3 FLOPs)",
         "mlp_train": lambda: f"MLP {'-'.join(map(str, c['dims']))}, batch {c['batch']}, Adam, train step",
+        "mlp_loop": lambda: (f"mlp_train's step {c['steps']} times without a sync between steps "
+                             f"(figure per step)"),
         "gpt_train": lambda: (f"GPT-2-shaped {c['layers']}L d{c['d_model']} h{c['heads']}, seq {c['seq']}, "
                               f"batch {c['batch']}, vocab {c['vocab']}, AdamW train step"),
         "gpt_fwd": lambda: (f"GPT-2-shaped {c['layers']}L d{c['d_model']} h{c['heads']}, seq {c['seq']}, "
