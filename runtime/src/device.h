@@ -96,7 +96,8 @@ bool tpu_buffer_pending_value(const tpu_buffer_t* buf, uint64_t epoch, int32_t* 
 void tpu_buffer_resolve(tpu_buffer_t* buf, tpu_buffer_t* real);
 void tpu_buffer_fail(tpu_buffer_t* buf, const tpu_status_t* why);
 
-/* Compiles StableHLO text (portable: runs on any device). `nouts` is checked.
+/* Compiles StableHLO text to run on any of the client's devices (for a client
+ * with one device: compiled for it, executable.c says why). `nouts` is checked.
  * The executable keeps its text, so fuse.c can call it from a larger program. */
 tpu_status_t* tpu_executable_compile(const char* mlir, size_t len, int nouts,
                                      tpu_executable_t** out_exe);
