@@ -107,22 +107,25 @@ def copy_cache(src, tmp_path):
     return dst
 
 
+# Both cache test modules use these two fixtures (test_compile_trace_cache imports
+# them); `run` is the requesting module's own.
 @pytest.fixture(scope="module")
-def _cold(tmp_path_factory):
+def _cold(request, tmp_path_factory):
     """One cold process per module: (its cache directory, its result)."""
     cache = tmp_path_factory.mktemp("cold") / "cache"
-    return cache, run(cache)
+    return cache, request.module.run(cache)
 
 
 @pytest.fixture
 def warm(_cold, tmp_path):
-    """A copy of the directory one cold process filled; returns (dir, cold result, entry paths)."""
-    cache = copy_cache(_cold[0], tmp_path)
-    return cache, _cold[1], entries(cache)
+    """A copy of the directory the cold process filled, so that a test may damage
+    its own; returns (dir, cold result)."""
+    return copy_cache(_cold[0], tmp_path), _cold[1]
 
 
 def test_cold_then_warm_process(warm):
-    cache, cold, files = warm
+    cache, cold = warm
+    files = entries(cache)
     c = disk(cold)
     assert cold["ok"]
     assert c["compiles"] > 0 and c["disk_cache_misses"] == c["compiles"]
@@ -146,7 +149,8 @@ def test_plugin_flags_from_the_environment_are_part_of_the_key(warm):
     process with other flags compiles its own entries instead of loading programs
     compiled under different flags, and the original entries still serve a process
     without them."""
-    cache, cold, files = warm
+    cache, cold = warm
+    files = entries(cache)
     flagged = run(cache, XLA_FLAGS="--xla_cpu_enable_fast_math=false")
     d = disk(flagged)
     assert flagged["ok"]
@@ -176,7 +180,8 @@ def _damage(files, how):
 
 @pytest.mark.parametrize("how", ["flip", "truncate", "swap", "empty"])
 def test_damaged_entries_are_recompiled(warm, how):
-    cache, cold, files = warm
+    cache, cold = warm
+    files = entries(cache)
     if how == "swap" and len(files) < 2:
         pytest.skip("needs two entries")
     _damage(files, how)
@@ -193,7 +198,8 @@ def test_damaged_entries_are_recompiled(warm, how):
 def test_plugin_that_cannot_load_its_entries_turns_the_tier_off(warm):
     """Entries that pass every check but hold bytes the plugin cannot deserialize:
     the tier turns itself off for the plugin after the first one; ops still run."""
-    cache, cold, files = warm
+    cache, cold = warm
+    files = entries(cache)
     payload = b"not an executable" * 8
     for f in files:
         header = bytearray(open(f, "rb").read()[:88])
@@ -210,7 +216,8 @@ def test_plugin_that_cannot_load_its_entries_turns_the_tier_off(warm):
 
 
 def test_killed_writer_leftovers_are_ignored_and_cleaned(warm):
-    cache, cold, files = warm
+    cache, cold = warm
+    files = entries(cache)
     sub = os.path.dirname(files[0])
     stale = os.path.join(sub, ".tmp-999999-0-0")  # a writer killed long ago, before its rename
     live = os.path.join(sub, ".tmp-999999-1-0")  # maybe a live writer: must be left alone
@@ -309,7 +316,8 @@ def test_size_cap_evicts_oldest(tmp_path):
 
 
 def test_cache_clear_empties_both_tiers(warm):
-    cache, cold, files = warm
+    cache, cold = warm
+    files = entries(cache)
     r = run(cache, CLEAR=1)
     assert r["ok"]
     # After the clear the first program compiles again: neither tier still had it.

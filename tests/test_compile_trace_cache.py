@@ -13,9 +13,7 @@ import pickle
 import subprocess
 import sys
 
-import pytest
-
-from test_compile_cache import _env, copy_cache, entries
+from test_compile_cache import _cold, _env, entries, warm  # noqa: F401 (fixtures)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -91,19 +89,6 @@ def blob_entries(cache_dir):
             continue
         found.append(path)
     return found
-
-
-@pytest.fixture(scope="module")
-def _cold(tmp_path_factory):
-    """One cold process per module (each traces and compiles the whole step)."""
-    cache = tmp_path_factory.mktemp("cold") / "cache"
-    return cache, run(cache)
-
-
-@pytest.fixture
-def warm(_cold, tmp_path):
-    """A copy of the directory the cold process filled; returns (dir, cold result)."""
-    return copy_cache(_cold[0], tmp_path), _cold[1]
 
 
 def test_warm_process_skips_aotautograd(warm):
