@@ -168,9 +168,10 @@ def _describe(t: torch.Tensor):
 
 
 def _fake(m: _TensorMeta, mode):
-    """A fake tensor of mode with m's metadata. Wrapped around a meta tensor: making
-    it through fake dispatch (empty, then as_strided) took 1 to 2 ms per tensor
-    here, 0.5 s or more of a small GPT's warm first step; this takes 0.04 ms."""
+    """A fake tensor of mode with m's metadata, wrapped around a meta tensor. Made
+    through fake dispatch (empty, then as_strided) one took 0.4 ms here (1 to 2 ms
+    on a loaded machine), a quarter second of a small GPT's warm first step; this
+    takes 0.05 ms."""
     from torch._prims_common import compute_required_storage_length
     from torch._subclasses.fake_tensor import unset_fake_temporarily
     n = compute_required_storage_length(m.shape, m.stride, m.offset)
