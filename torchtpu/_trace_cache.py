@@ -131,21 +131,18 @@ def _without_inductor_codegen():
         codecache.init_backend_registration, codecache.custom_backend_passes = saved
 
 
-def _inputs_meta(example_inputs):
-    """A _TensorMeta per tensor input and the value of a number input; None when
-    the graph cannot be stored (symbolic sizes, other inputs)."""
-    meta = []
+def _storable_inputs(example_inputs) -> bool:
+    """Whether a graph with these inputs can be stored: tensors of static sizes and
+    plain numbers only."""
     for ex in example_inputs:
         if isinstance(ex, torch.Tensor):
             try:
-                meta.append(_describe(ex))
+                _describe(ex)
             except BypassAOTAutogradCache:
-                return None
-        elif type(ex) in (int, float, bool):
-            meta.append(ex)
-        else:
-            return None
-    return meta
+                return False
+        elif type(ex) not in (int, float, bool):
+            return False
+    return True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -230,7 +227,8 @@ def _load_graph(data: bytes, mode):
 
 class TpuOutputCode(OutputCode):
     """One FX graph compiled by torchtpu (compile.compile_graph), as AOTAutogradCache
-    stores it: the graph and its inputs' metadata; the program is rebuilt on load."""
+    stores it: the graph, whose placeholders' values describe its inputs; the
+    program is rebuilt on load."""
 
     def __init__(self, gm, example_inputs, compile_fn, collective):
         super().__init__()
@@ -240,10 +238,11 @@ class TpuOutputCode(OutputCode):
         # AOTAutograd's metadata is there now, not when a stored graph is loaded
         self._visible = visible_outputs(gm)
         self._fn = compile_fn(gm, example_inputs, visible=self._visible)
-        self._inputs = None if collective or not _on() else _inputs_meta(example_inputs)
+        storable = (not collective and _on() and _storable_inputs(example_inputs)
+                    and all("val" in n.meta for n in gm.graph.find_nodes(op="placeholder")))
         # The graph until it is pickled, shared with the copy AOTAutogradCache
         # pickles (so that pickling drops it here too); kept only if storable.
-        self._graph = [gm if self._inputs is not None else None]
+        self._graph = [gm if storable else None]
         self._pickled = None
 
     def __call__(self, inputs):
@@ -276,7 +275,9 @@ class TpuOutputCode(OutputCode):
         from torch.fx.experimental.symbolic_shapes import ShapeEnv
         mode = FakeTensorMode(shape_env=ShapeEnv())
         gm = _load_graph(self._pickled, mode)
-        examples = [_fake(m, mode) if isinstance(m, _TensorMeta) else m for m in self._inputs]
+        # The example inputs are the placeholders' values (AOTAutograd's graphs take
+        # their inputs in placeholder order).
+        examples = [n.meta["val"] for n in gm.graph.find_nodes(op="placeholder")]
         self._fn = self._compile_fn(gm, examples, visible=getattr(self, "_visible", None))
 
     def set_triton_bundle(self, triton_bundle) -> None:
