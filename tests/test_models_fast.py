@@ -28,7 +28,7 @@ def _base(name):
 @pytest.fixture(autouse=True)
 def _eager_mode():
     # debug by default: errors surface on the op's own line, so a failure names the op;
-    # TORCHTPU_EAGER_MODE picks another mode (make test-modes, the fused slice of make test)
+    # TORCHTPU_EAGER_MODE picks another mode (make test-modes)
     with torchtpu.eager_mode(os.environ.get("TORCHTPU_EAGER_MODE") or "debug"):
         yield
 
