@@ -63,7 +63,7 @@ def test_gradients_through_laid_out_results():
         (torch.tanh(leaf * 3.0) * leaf).sum().backward()
         grads.append(leaf.grad)
     assert grads[1].stride() == grads[0].stride()
-    torch.testing.assert_close(grads[1].cpu(), grads[0], rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(grads[1].cpu(), grads[0])  # tanh: the float32 defaults (docstring)
 
 
 def test_in_place_and_out_keep_their_own_layout():
