@@ -66,6 +66,13 @@ CPU_PLUGIN = $(shell $(VPY) -c "import xla_plugins.xla_cpu_pjrt as m, os; print(
 ctest: $(STAMP) $(CTEST_BIN)
 	TORCHTPU_PJRT_PLUGIN=$(CPU_PLUGIN) $(CTEST_BIN)
 
+# A PJRT plugin for the pytest suite: the CPU plugin refusing one compile option, as a
+# plugin without it would (runtime/tests/plugins/refusing.c).
+TEST_PLUGIN := $(BUILD)/test-plugins/refusing.so
+$(TEST_PLUGIN): runtime/tests/plugins/refusing.c $(RT_HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -shared $< -o $@ -ldl
+
 # ASan + UBSan build of the runtime and its tests (separate build dir).
 sanitize: $(STAMP)
 	$(MAKE) BUILD=build-san CFLAGS="$(CFLAGS_BASE) -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
@@ -119,7 +126,7 @@ run: $(STAMP) $(BIND_SO)
 FUSED_SLICE := tests/test_training.py tests/test_module_semantics.py
 PYTEST_JOBS ?= 2
 XDIST = -n $(PYTEST_JOBS) --dist loadfile
-test: $(STAMP) $(MODELS_STAMP) $(BIND_SO) ctest
+test: $(STAMP) $(MODELS_STAMP) $(BIND_SO) $(TEST_PLUGIN) ctest
 	$(VPY) -m pytest -q $(XDIST) --durations=15 -m "not slow" tests
 	TORCHTPU_EAGER_MODE=fused $(VPY) -m pytest -q $(FUSED_SLICE)
 
@@ -127,7 +134,7 @@ test-slow: $(STAMP) $(MODELS_STAMP) $(BIND_SO)
 	$(VPY) -m pytest -q $(XDIST) -m slow tests
 
 # The whole suite in each eager mode (docs/eager-modes.md); slow (about 3x make test).
-test-modes: $(STAMP) $(MODELS_STAMP) $(BIND_SO) ctest
+test-modes: $(STAMP) $(MODELS_STAMP) $(BIND_SO) $(TEST_PLUGIN) ctest
 	for mode in debug strict fused; do \
 	  echo "== TORCHTPU_EAGER_MODE=$$mode"; \
 	  TORCHTPU_EAGER_MODE=$$mode $(VPY) -m pytest -q $(XDIST) tests || exit 1; \

@@ -45,8 +45,12 @@ if os.environ.get("CLEAR"):
     out, ref = step(shapes[0])
     ok = ok and torch.allclose(out, ref, rtol=1e-5, atol=1e-5)
     print("cleared", torchtpu.metrics()["compiles"] - before, flush=True)
+refusals = None
+if os.environ.get("TORCHTPU_TEST_REFUSED_OPTION"):  # the refusing test plugin (test_a_refused_...)
+    import ctypes
+    refusals = ctypes.CDLL(os.environ["TORCHTPU_PJRT_PLUGIN"]).torchtpu_test_refusals()
 print(json.dumps({"metrics": torchtpu.metrics(), "ok": bool(ok), "outs": outs,
-                  "cache_dir": torchtpu.cache_dir()}), flush=True)
+                  "cache_dir": torchtpu.cache_dir(), "refusals": refusals}), flush=True)
 """
 
 
@@ -347,3 +351,40 @@ def test_quick_tier_compiles_small_programs_only(tmp_path):
     assert mo["compiles"] == m["compiles"] and mo["disk_cache_hits"] == 0, (mo, m)
     import torch
     assert torch.allclose(torch.tensor(off["outs"]), torch.tensor(small["outs"]), rtol=1e-6, atol=1e-6)
+
+
+REFUSING_PLUGIN = os.path.join(REPO, "build", "test-plugins", "refusing.so")
+
+
+def _refusing(option):
+    """The environment of a process on the CPU plugin refusing `option`
+    (runtime/tests/plugins/refusing.c, built by `make test`)."""
+    import xla_plugins.xla_cpu_pjrt as cpu
+    assert os.path.exists(REFUSING_PLUGIN), f"{REFUSING_PLUGIN} is missing: `make test` builds it"
+    return dict(TORCHTPU_PJRT_PLUGIN=REFUSING_PLUGIN, TORCHTPU_EAGER_MODE="strict",
+                TORCHTPU_TEST_WRAPPED_PLUGIN=os.path.join(os.path.dirname(cpu.__file__), "xla_cpu_pjrt.so"),
+                TORCHTPU_TEST_REFUSED_OPTION=option)
+
+
+@pytest.mark.parametrize("option,quick", [("xla_option_torchtpu_never_sends", True),
+                                          ("xla_backend_optimization_level", False),
+                                          ("xla_cpu_use_xnnpack", True)])
+def test_a_refused_compile_option_is_left_out(option, quick, tmp_path):
+    """A CPU plugin without an option torchtpu sets (executable.c's overrides)
+    refuses the compile: the program compiles again without it, once per process
+    (later compiles leave it out), the other override is still sent (the quick
+    tiers are the LLVM level's), and the entry is stored under the options really
+    used, so the next process finds it after its own one refusal. An option
+    torchtpu never sends is the control: no refusal."""
+    cache = tmp_path / "cache"
+    first = run(cache, **_refusing(option))
+    m = first["metrics"]
+    refused = option != "xla_option_torchtpu_never_sends"
+    assert first["ok"] and first["refusals"] == int(refused) and m["compiles"] >= 4, (first["refusals"], m)
+    assert m["compiles_quick"] == (m["compiles"] if quick else 0), m
+    again = run(cache, **_refusing(option))
+    d = disk(again)
+    assert again["ok"] and again["refusals"] == int(refused), again["refusals"]
+    # Refused: the first lookup keys on the options before the refusal and misses.
+    assert d["compiles"] == int(refused) and d["disk_cache_hits"] == m["compiles"] - int(refused), d
+    assert again["outs"] == first["outs"]

@@ -71,32 +71,33 @@ static atomic_uint_fast64_t g_loads; /* executables compiled or loaded from disk
 static_assert(sizeof TPU_XNN_KEY - 1 == 0x13 && sizeof TPU_LLVM_KEY - 1 == 0x1e,
               "override entries encode their key lengths");
 
-static const char kOptionsPlain[] = TPU_OPTIONS_BASE;
-static const char kOptionsCpu[] = TPU_OPTIONS_BASE TPU_XNN_OFF;
-static const char kOptionsCpuQuick[] = TPU_OPTIONS_BASE TPU_XNN_OFF TPU_LLVM_O1;
-static const char kOptionsCpuTiny[] = TPU_OPTIONS_BASE TPU_XNN_OFF TPU_LLVM_O0;
-
-/* The option sets a compile can send; `quick` ones are counted in
- * compiles_quick and are the ones that carry the quick overrides. */
-typedef enum {
-  TPU_OPTIONS_PLAIN,
-  TPU_OPTIONS_CPU,
-  TPU_OPTIONS_CPU_QUICK,
-  TPU_OPTIONS_CPU_TINY,
-  TPU_OPTIONS_COUNT
-} tpu_options_t;
-#define TPU_OPTIONS_ROW(text, is_quick) {(text), sizeof(text) - 1, (is_quick)}
+/* The overrides a compile can send, appended to TPU_OPTIONS_BASE in this order;
+ * those of a tier are in kTierOverrides (below). */
+typedef enum { TPU_OVERRIDE_XNN_OFF, TPU_OVERRIDE_LLVM_O1, TPU_OVERRIDE_LLVM_O0, TPU_OVERRIDE_COUNT } tpu_override_t;
+#define TPU_OVERRIDE_BIT(o) (1u << (o))
+#define TPU_OVERRIDE_ROW(text, key) {(text), sizeof(text) - 1, (key)}
 static const struct {
   const char* bytes;
   size_t len;
-  bool quick;
-} kOptions[] = {
-    [TPU_OPTIONS_PLAIN] = TPU_OPTIONS_ROW(kOptionsPlain, false),
-    [TPU_OPTIONS_CPU] = TPU_OPTIONS_ROW(kOptionsCpu, false),
-    [TPU_OPTIONS_CPU_QUICK] = TPU_OPTIONS_ROW(kOptionsCpuQuick, true),
-    [TPU_OPTIONS_CPU_TINY] = TPU_OPTIONS_ROW(kOptionsCpuTiny, true),
+  const char* key; /* the option it sets: a plugin that refuses it names it */
+} kOverrides[] = {
+    [TPU_OVERRIDE_XNN_OFF] = TPU_OVERRIDE_ROW(TPU_XNN_OFF, TPU_XNN_KEY),
+    [TPU_OVERRIDE_LLVM_O1] = TPU_OVERRIDE_ROW(TPU_LLVM_O1, TPU_LLVM_KEY),
+    [TPU_OVERRIDE_LLVM_O0] = TPU_OVERRIDE_ROW(TPU_LLVM_O0, TPU_LLVM_KEY),
 };
-static_assert(sizeof kOptions / sizeof kOptions[0] == TPU_OPTIONS_COUNT, "one row per option set");
+static_assert(sizeof kOverrides / sizeof kOverrides[0] == TPU_OVERRIDE_COUNT, "one row per override");
+/* A compile with one of these is counted in compiles_quick. */
+#define TPU_QUICK_OVERRIDES (TPU_OVERRIDE_BIT(TPU_OVERRIDE_LLVM_O1) | TPU_OVERRIDE_BIT(TPU_OVERRIDE_LLVM_O0))
+
+/* The serialized options of one compile: the base and the overrides in `overrides`. */
+#define TPU_OPTIONS_CAP 128
+static_assert(sizeof(TPU_OPTIONS_BASE TPU_XNN_OFF TPU_LLVM_O1 TPU_LLVM_O0) <= TPU_OPTIONS_CAP,
+              "the base and every override fit (add a new override here)");
+typedef struct {
+  char bytes[TPU_OPTIONS_CAP];
+  size_t len;
+  unsigned overrides; /* TPU_OVERRIDE_BIT()s */
+} tpu_options_t;
 
 /* Compile tiers. XLA's CPU compile of one small eager op costs 50-90 ms here,
  * most of it the MLIR fusion emitters and LLVM, while the op then runs in
@@ -129,14 +130,22 @@ typedef enum {
   TPU_TIER_TINY,
   TPU_TIER_COUNT
 } tpu_tier_t;
+/* The overrides each tier sends; other plugins get the base alone. */
+static const unsigned kTierOverrides[] = {
+    [TPU_TIER_OTHER_PLUGIN] = 0,
+    [TPU_TIER_DEFAULT] = TPU_OVERRIDE_BIT(TPU_OVERRIDE_XNN_OFF),
+    [TPU_TIER_QUICK] = TPU_OVERRIDE_BIT(TPU_OVERRIDE_XNN_OFF) | TPU_OVERRIDE_BIT(TPU_OVERRIDE_LLVM_O1),
+    [TPU_TIER_TINY] = TPU_OVERRIDE_BIT(TPU_OVERRIDE_XNN_OFF) | TPU_OVERRIDE_BIT(TPU_OVERRIDE_LLVM_O0),
+};
+static_assert(sizeof kTierOverrides / sizeof kTierOverrides[0] == TPU_TIER_COUNT, "one row per tier");
 /* The tier, and whether the program loops, are the kind its code mappings are
  * estimated by (codemaps.h): a default-tier loop maps 30-90, a large loop-free
  * program about 3, so a mean over both would weigh neither. */
 static_assert(2 * TPU_TIER_COUNT <= TPU_CODEMAPS_KINDS, "a code-mapping kind per tier and loop");
 
-/* Set once a CPU plugin rejects an override: it has no such option, so later
- * compiles leave it out. */
-static atomic_bool g_no_xnn_option, g_no_quick_options;
+/* The overrides whose option a plugin refused (it has no such option): later
+ * compiles leave them out. */
+static atomic_uint g_refused;
 
 /* TORCHTPU_QUICK_COMPILE_MAX_ELEMENTS, read once (0 turns the quick tiers off). */
 static int64_t quick_max_elements(void) {
@@ -202,32 +211,31 @@ static tpu_tier_t program_tier(const char* mlir, size_t len, bool* out_loop) {
  * TPU_OPTIONS_BASE); fixed once the client exists. */
 static bool single_device(void) { return tpu_runtime_device_count() == 1; }
 
-/* The serialized options of that set for this client. */
-static const char* options_bytes(tpu_options_t options, size_t* out_len) {
+/* The options for a program of that tier on this client, less the overrides
+ * the plugin refused. */
+static void compile_options(tpu_tier_t tier, tpu_options_t* out) {
+  out->overrides = kTierOverrides[tier] & ~atomic_load_explicit(&g_refused, memory_order_relaxed);
   const size_t skip = single_device() ? TPU_PORTABLE_LEN : 0;
-  *out_len = kOptions[options].len - skip;
-  return kOptions[options].bytes + skip;
-}
-
-/* The options for a program of that tier, less the overrides the plugin refused. */
-static tpu_options_t compile_options(tpu_tier_t tier) {
-  if (tier == TPU_TIER_OTHER_PLUGIN || atomic_load_explicit(&g_no_xnn_option, memory_order_relaxed))
-    return TPU_OPTIONS_PLAIN;
-  if (tier == TPU_TIER_DEFAULT || atomic_load_explicit(&g_no_quick_options, memory_order_relaxed))
-    return TPU_OPTIONS_CPU;
-  return tier == TPU_TIER_TINY ? TPU_OPTIONS_CPU_TINY : TPU_OPTIONS_CPU_QUICK;
-}
-
-/* After a failed compile: whether the plugin refused one of our overrides (then
- * it is left out from now on and the compile is worth another try). */
-static bool drop_refused_override(tpu_options_t options, const char* msg) {
-  if (!msg || options == TPU_OPTIONS_PLAIN) return false;
-  if (kOptions[options].quick && strstr(msg, TPU_LLVM_KEY)) {
-    atomic_store_explicit(&g_no_quick_options, true, memory_order_relaxed);
-    return true;
+  out->len = sizeof TPU_OPTIONS_BASE - 1 - skip;
+  memcpy(out->bytes, TPU_OPTIONS_BASE + skip, out->len);
+  for (int o = 0; o < TPU_OVERRIDE_COUNT; o++) {
+    if (!(out->overrides & TPU_OVERRIDE_BIT(o))) continue;
+    memcpy(out->bytes + out->len, kOverrides[o].bytes, kOverrides[o].len);
+    out->len += kOverrides[o].len;
   }
-  if (strstr(msg, TPU_XNN_KEY)) {
-    atomic_store_explicit(&g_no_xnn_option, true, memory_order_relaxed);
+}
+
+/* After a failed compile: whether the plugin refused an option one of these
+ * overrides sets (then every override of that option is left out from now on,
+ * and the compile is worth another try). */
+static bool drop_refused_override(unsigned overrides, const char* msg) {
+  if (!msg) return false;
+  for (int o = 0; o < TPU_OVERRIDE_COUNT; o++) {
+    if (!(overrides & TPU_OVERRIDE_BIT(o)) || !strstr(msg, kOverrides[o].key)) continue;
+    unsigned same_option = 0;
+    for (int p = 0; p < TPU_OVERRIDE_COUNT; p++)
+      if (strcmp(kOverrides[p].key, kOverrides[o].key) == 0) same_option |= TPU_OVERRIDE_BIT(p);
+    atomic_fetch_or_explicit(&g_refused, same_option, memory_order_relaxed);
     return true;
   }
   return false;
@@ -239,21 +247,21 @@ static bool drop_refused_override(tpu_options_t options, const char* msg) {
 static tpu_status_t* compile_program(const PJRT_Api* api, PJRT_Program* program, tpu_tier_t tier,
                                      PJRT_LoadedExecutable** out_loaded, tpu_options_t* out_options) {
   *out_loaded = NULL;
-  *out_options = TPU_OPTIONS_PLAIN;
   tpu_status_t* status = NULL;
-  for (int attempt = 0; attempt < 3; attempt++) {
-    tpu_options_t options = compile_options(tier);
+  /* Each refusal leaves out at least one override. */
+  for (int attempt = 0; attempt <= TPU_OVERRIDE_COUNT; attempt++) {
+    compile_options(tier, out_options);
     TPU_PJRT_ARGS(PJRT_Client_Compile_Args, args, executable);
     args.client = tpu_client_pjrt();
     args.program = program;
-    args.compile_options = options_bytes(options, &args.compile_options_size);
+    args.compile_options = out_options->bytes;
+    args.compile_options_size = out_options->len;
     status = TPU_PJRT_CALL(api, Client_Compile, &args);
     if (!status) {
       *out_loaded = args.executable;
-      *out_options = options;
       return NULL;
     }
-    if (!drop_refused_override(options, tpu_status_message(status))) return status;
+    if (!drop_refused_override(out_options->overrides, tpu_status_message(status))) return status;
     tpu_status_free(status);
   }
   return status;
@@ -300,11 +308,10 @@ static tpu_status_t* load_or_compile(const PJRT_Api* api, const char* mlir, size
   *out_loaded = NULL;
   bool disk = tpu_disk_cache_enabled();
   tpu_disk_key_t key;
-  tpu_options_t options = compile_options(tier);
-  size_t options_len = 0;
-  const char* options_text = options_bytes(options, &options_len);
+  tpu_options_t options;
+  compile_options(tier, &options);
   if (disk) {
-    tpu_disk_cache_key(mlir, len, options_text, options_len, &key);
+    tpu_disk_cache_key(mlir, len, options.bytes, options.len, &key);
     tpu_trace_range_t lookup = tpu_trace_begin(TPU_TRACE_DISK_LOOKUP, NULL);
     *out_loaded = tpu_disk_cache_load(api, &key);
     tpu_trace_end(lookup);
@@ -318,7 +325,7 @@ static tpu_status_t* load_or_compile(const PJRT_Api* api, const char* mlir, size
   program.code_size = len;
   program.format = "mlir";
   program.format_size = 4;
-  tpu_options_t used = TPU_OPTIONS_PLAIN;
+  tpu_options_t used;
   int64_t t0 = now_ns();
   tpu_trace_range_t range = tpu_trace_begin(TPU_TRACE_COMPILE, NULL);
   tpu_status_t* status = compile_program(api, &program, tier, out_loaded, &used);
@@ -326,12 +333,9 @@ static tpu_status_t* load_or_compile(const PJRT_Api* api, const char* mlir, size
   tpu_metric_add(TPU_METRIC_COMPILES, 1);
   tpu_metric_add(TPU_METRIC_COMPILE_NS, now_ns() - t0);
   TPU_RETURN_IF_ERROR(status);
-  if (kOptions[used].quick) tpu_metric_add(TPU_METRIC_QUICK_COMPILES, 1);
+  if (used.overrides & TPU_QUICK_OVERRIDES) tpu_metric_add(TPU_METRIC_QUICK_COMPILES, 1);
   if (disk) {
-    if (used != options) {
-      options_text = options_bytes(used, &options_len);
-      tpu_disk_cache_key(mlir, len, options_text, options_len, &key);
-    }
+    if (used.overrides != options.overrides) tpu_disk_cache_key(mlir, len, used.bytes, used.len, &key);
     tpu_disk_cache_store(api, &key, *out_loaded);
   }
   return NULL;
