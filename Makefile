@@ -121,8 +121,9 @@ run: $(STAMP) $(BIND_SO)
 # (in fused, each test's programs are compiled again as fused programs: slow).
 # Pytest runs in PYTEST_JOBS worker processes (pytest-xdist), a test file per worker at a
 # time (--dist loadfile: a file's tests keep their order); tests marked `slow` (the float64
-# sweeps of the linalg decompositions) run in `make test-slow`, not in `make test`. The
-# 15 slowest tests are listed at the end of the run: where the time budget goes.
+# and complex128 sweeps of the linalg decompositions, two half-minute trace-cache cases)
+# run in `make test-slow`, not in `make test`, which must stay under 25 minutes in CI
+# (2 cores). The 15 slowest tests are listed at the end of the run: where the time goes.
 FUSED_SLICE := tests/test_training.py tests/test_module_semantics.py
 PYTEST_JOBS ?= 2
 XDIST = -n $(PYTEST_JOBS) --dist loadfile

@@ -13,6 +13,8 @@ import pickle
 import subprocess
 import sys
 
+import pytest
+
 from test_compile_cache import _cold, _env, entries, warm  # noqa: F401 (fixtures)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -110,6 +112,7 @@ def test_warm_process_skips_aotautograd(warm):
     assert not cold["inductor"] and not w["inductor"]
 
 
+@pytest.mark.slow  # a process importing Inductor's code generators: 11-28 s (make test-slow)
 def test_key_ignores_whether_inductor_registered_its_devices(warm):
     """The key does not import Inductor's code generators (docs/compile-cache.md):
     a process where Inductor had registered its devices before finds the entries
@@ -143,6 +146,7 @@ def test_damaged_trace_entries_are_traced_again(warm):
     assert again["hits"] == trace(cold)["misses"] and again["errors"] == 0
 
 
+@pytest.mark.slow  # two processes tracing with symbolic sizes: 37-41 s (make test-slow)
 def test_symbolic_graphs_are_not_stored(tmp_path):
     """dynamic=True: the train step's graph has symbolic sizes (the batch) and is
     traced in every process; the optimizer step's (parameters keep static sizes)

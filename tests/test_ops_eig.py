@@ -18,7 +18,7 @@ max |A|)."""
 import pytest
 import torch
 
-from tpu_testing import LINALG_DTYPES, assert_raises_like, assert_same, check, tol
+from tpu_testing import LINALG_CDTYPES, LINALG_DTYPES, assert_raises_like, assert_same, check, tol
 
 DTYPES = LINALG_DTYPES  # float64 in make test-slow (tpu_testing)
 EIG_SCALE = 50.0
@@ -130,9 +130,10 @@ def _structured():
     }
 
 
-# float32 for a few: the programs are the same, only the dtype differs
+# float32 for a few, in make test-slow: the lowering is the same, only the dtype differs
 STRUCTURED = [(name, torch.float64) for name in _structured()] + [
-    (name, torch.float32) for name in ["jordan", "rotation", "symmetric", "scaled_up", "lower_triangular"]]
+    pytest.param(name, torch.float32, marks=pytest.mark.slow)
+    for name in ["jordan", "rotation", "symmetric", "scaled_up", "lower_triangular"]]
 
 
 @pytest.mark.parametrize("name,dtype", STRUCTURED)
@@ -219,7 +220,7 @@ def test_eig_backward(dtype):
     _check_grad_like_cpu(lambda X, dev: torch.linalg.eigvals(X).abs().sum(), A, 1e2)
 
 
-@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+@pytest.mark.parametrize("dtype", LINALG_CDTYPES)
 @pytest.mark.parametrize("shape", [(1, 1), (3, 3), (2, 5, 5), (16, 16)])
 def test_eig_complex(dtype, shape):
     # zgeev's path: zlahqr's single shift on a complex Hessenberg matrix
@@ -243,7 +244,7 @@ def test_eig_complex_structured_and_backward():
 
 # ----------------------------------------------------- complex linear algebra
 
-CDTYPES = [torch.complex64, torch.complex128]
+CDTYPES = LINALG_CDTYPES  # complex128 in make test-slow
 
 
 @pytest.mark.parametrize("dtype", CDTYPES)

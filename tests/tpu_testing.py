@@ -21,6 +21,8 @@ import torch
 # in `make test-slow` (README, "Other targets"), not in `make test`: what accelerators compute
 # is float32, and each dtype compiles programs of its own.
 LINALG_DTYPES = [torch.float32, pytest.param(torch.float64, marks=pytest.mark.slow)]
+# The same for their complex tests: complex64 in `make test`, complex128 in `make test-slow`.
+LINALG_CDTYPES = [torch.complex64, pytest.param(torch.complex128, marks=pytest.mark.slow)]
 
 TOL = {
     # The requirement: ~80 float32 ulps (2**-23), room for a different
