@@ -25,7 +25,14 @@ int torchtpu_test_refusals(void);
 int torchtpu_test_refusals(void) { return atomic_load(&g_refusals); }
 
 /* The function table follows the PJRT_Api header (pjrt.h). */
-static tpu_pjrt_fn_t* slots(const PJRT_Api* api) { return (tpu_pjrt_fn_t*)(void*)((char*)api + sizeof(PJRT_Api)); }
+static tpu_pjrt_fn_t slot(const PJRT_Api* api, int i) {
+  tpu_pjrt_fn_t fn;
+  memcpy(&fn, (const char*)api + sizeof(PJRT_Api) + sizeof fn * (size_t)i, sizeof fn);
+  return fn;
+}
+static void slot_set(PJRT_Api* api, int i, tpu_pjrt_fn_t fn) {
+  memcpy((char*)api + sizeof(PJRT_Api) + sizeof fn * (size_t)i, &fn, sizeof fn);
+}
 
 static bool names_option(const char* bytes, size_t len) {
   const size_t n = strlen(g_option);
@@ -39,16 +46,16 @@ static PJRT_Error* compile(PJRT_Client_Compile_Args* args) {
     atomic_fetch_add(&g_refusals, 1);
     return REFUSAL;
   }
-  return ((PJRT_Client_Compile_Fn*)slots(g_wrapped)[TPU_PJRT_SLOT_Client_Compile])(args);
+  return ((PJRT_Client_Compile_Fn*)slot(g_wrapped, TPU_PJRT_SLOT_Client_Compile))(args);
 }
 
 static void error_destroy(PJRT_Error_Destroy_Args* args) {
-  if (args->error != REFUSAL) ((PJRT_Error_Destroy_Fn*)slots(g_wrapped)[TPU_PJRT_SLOT_Error_Destroy])(args);
+  if (args->error != REFUSAL) ((PJRT_Error_Destroy_Fn*)slot(g_wrapped, TPU_PJRT_SLOT_Error_Destroy))(args);
 }
 
 static void error_message(PJRT_Error_Message_Args* args) {
   if (args->error != REFUSAL) {
-    ((PJRT_Error_Message_Fn*)slots(g_wrapped)[TPU_PJRT_SLOT_Error_Message])(args);
+    ((PJRT_Error_Message_Fn*)slot(g_wrapped, TPU_PJRT_SLOT_Error_Message))(args);
     return;
   }
   args->message = g_message;
@@ -56,7 +63,7 @@ static void error_message(PJRT_Error_Message_Args* args) {
 }
 
 static PJRT_Error* error_code(PJRT_Error_GetCode_Args* args) {
-  if (args->error != REFUSAL) return ((PJRT_Error_GetCode_Fn*)slots(g_wrapped)[TPU_PJRT_SLOT_Error_GetCode])(args);
+  if (args->error != REFUSAL) return ((PJRT_Error_GetCode_Fn*)slot(g_wrapped, TPU_PJRT_SLOT_Error_GetCode))(args);
   args->code = TPU_INVALID_ARGUMENT;
   return NULL;
 }
@@ -79,10 +86,10 @@ const PJRT_Api* GetPjrtApi(void) {
   PJRT_Api* copy = malloc(g_wrapped->struct_size);
   if (!copy) return NULL;
   memcpy(copy, g_wrapped, g_wrapped->struct_size);
-  slots(copy)[TPU_PJRT_SLOT_Error_Destroy] = (tpu_pjrt_fn_t)error_destroy;
-  slots(copy)[TPU_PJRT_SLOT_Error_Message] = (tpu_pjrt_fn_t)error_message;
-  slots(copy)[TPU_PJRT_SLOT_Error_GetCode] = (tpu_pjrt_fn_t)error_code;
-  slots(copy)[TPU_PJRT_SLOT_Client_Compile] = (tpu_pjrt_fn_t)compile;
+  slot_set(copy, TPU_PJRT_SLOT_Error_Destroy, (tpu_pjrt_fn_t)error_destroy);
+  slot_set(copy, TPU_PJRT_SLOT_Error_Message, (tpu_pjrt_fn_t)error_message);
+  slot_set(copy, TPU_PJRT_SLOT_Error_GetCode, (tpu_pjrt_fn_t)error_code);
+  slot_set(copy, TPU_PJRT_SLOT_Client_Compile, (tpu_pjrt_fn_t)compile);
   api = copy;
   return api;
 }
