@@ -225,20 +225,16 @@ static void compile_options(tpu_tier_t tier, tpu_options_t* out) {
   }
 }
 
-/* After a failed compile: whether the plugin refused an option one of these
- * overrides sets (then every override of that option is left out from now on,
- * and the compile is worth another try). */
-static bool drop_refused_override(unsigned overrides, const char* msg) {
-  if (!msg) return false;
-  for (int o = 0; o < TPU_OVERRIDE_COUNT; o++) {
-    if (!(overrides & TPU_OVERRIDE_BIT(o)) || !strstr(msg, kOverrides[o].key)) continue;
-    unsigned same_option = 0;
-    for (int p = 0; p < TPU_OVERRIDE_COUNT; p++)
-      if (strcmp(kOverrides[p].key, kOverrides[o].key) == 0) same_option |= TPU_OVERRIDE_BIT(p);
-    atomic_fetch_or_explicit(&g_refused, same_option, memory_order_relaxed);
-    return true;
-  }
-  return false;
+/* After a failed compile: whether the plugin refused an option one of the sent
+ * overrides sets. Then every override of an option the message names (O1 and O0
+ * share one) is left out from now on, and the compile is worth another try. */
+static bool drop_refused_override(unsigned sent, const char* msg) {
+  unsigned named = 0;
+  for (int o = 0; msg && o < TPU_OVERRIDE_COUNT; o++)
+    if (strstr(msg, kOverrides[o].key)) named |= TPU_OVERRIDE_BIT(o);
+  if (!(named & sent)) return false;
+  atomic_fetch_or_explicit(&g_refused, named, memory_order_relaxed);
+  return true;
 }
 
 /* Compiles with this plugin's options for the program, asking again without an
