@@ -72,27 +72,31 @@ static_assert(sizeof TPU_XNN_KEY - 1 == 0x13 && sizeof TPU_LLVM_KEY - 1 == 0x1e,
               "override entries encode their key lengths");
 
 /* The overrides a compile can send, appended to TPU_OPTIONS_BASE in this order;
- * those of a tier are in kTierOverrides (below). */
-typedef enum { TPU_OVERRIDE_XNN_OFF, TPU_OVERRIDE_LLVM_O1, TPU_OVERRIDE_LLVM_O0, TPU_OVERRIDE_COUNT } tpu_override_t;
+ * those of a tier are in kTierOverrides (below). One list: X(name, bytes, key),
+ * where key is the option it sets (a plugin that refuses it names it). The enum,
+ * the table and the size bound below all expand it. */
+#define TPU_OVERRIDES(X)                           \
+  X(TPU_OVERRIDE_XNN_OFF, TPU_XNN_OFF, TPU_XNN_KEY) \
+  X(TPU_OVERRIDE_LLVM_O1, TPU_LLVM_O1, TPU_LLVM_KEY) \
+  X(TPU_OVERRIDE_LLVM_O0, TPU_LLVM_O0, TPU_LLVM_KEY)
+#define TPU_OVERRIDE_NAME(name, text, key) name,
+typedef enum { TPU_OVERRIDES(TPU_OVERRIDE_NAME) TPU_OVERRIDE_COUNT } tpu_override_t;
 #define TPU_OVERRIDE_BIT(o) (1u << (o))
-#define TPU_OVERRIDE_ROW(text, key) {(text), sizeof(text) - 1, (key)}
+#define TPU_OVERRIDE_ROW(name, text, key) [name] = {(text), sizeof(text) - 1, (key)},
 static const struct {
   const char* bytes;
   size_t len;
-  const char* key; /* the option it sets: a plugin that refuses it names it */
-} kOverrides[] = {
-    [TPU_OVERRIDE_XNN_OFF] = TPU_OVERRIDE_ROW(TPU_XNN_OFF, TPU_XNN_KEY),
-    [TPU_OVERRIDE_LLVM_O1] = TPU_OVERRIDE_ROW(TPU_LLVM_O1, TPU_LLVM_KEY),
-    [TPU_OVERRIDE_LLVM_O0] = TPU_OVERRIDE_ROW(TPU_LLVM_O0, TPU_LLVM_KEY),
-};
-static_assert(sizeof kOverrides / sizeof kOverrides[0] == TPU_OVERRIDE_COUNT, "one row per override");
+  const char* key;
+} kOverrides[] = {TPU_OVERRIDES(TPU_OVERRIDE_ROW)};
 /* A compile with one of these is counted in compiles_quick. */
 #define TPU_QUICK_OVERRIDES (TPU_OVERRIDE_BIT(TPU_OVERRIDE_LLVM_O1) | TPU_OVERRIDE_BIT(TPU_OVERRIDE_LLVM_O0))
 
-/* The serialized options of one compile: the base and the overrides in `overrides`. */
+/* The serialized options of one compile: the base and the overrides in `overrides`.
+ * The bound concatenates the base and every override's bytes. */
 #define TPU_OPTIONS_CAP 128
-static_assert(sizeof(TPU_OPTIONS_BASE TPU_XNN_OFF TPU_LLVM_O1 TPU_LLVM_O0) <= TPU_OPTIONS_CAP,
-              "the base and every override fit (add a new override here)");
+#define TPU_OVERRIDE_TEXT(name, text, key) text
+static_assert(sizeof(TPU_OPTIONS_BASE TPU_OVERRIDES(TPU_OVERRIDE_TEXT)) <= TPU_OPTIONS_CAP,
+              "the base and every override fit");
 typedef struct {
   char bytes[TPU_OPTIONS_CAP];
   size_t len;
@@ -237,30 +241,29 @@ static bool drop_refused_override(unsigned sent, const char* msg) {
   return true;
 }
 
-/* Compiles with this plugin's options for the program, asking again without an
- * override the plugin refuses. *out_options: the options of the successful
- * compile (the disk cache keys on them). */
+/* Compiles with *options, which compile_options() made for the tier, asking
+ * again without an override the plugin refuses. *options is then those of the
+ * successful compile (the disk cache keys on them). */
 static tpu_status_t* compile_program(const PJRT_Api* api, PJRT_Program* program, tpu_tier_t tier,
-                                     PJRT_LoadedExecutable** out_loaded, tpu_options_t* out_options) {
+                                     tpu_options_t* options, PJRT_LoadedExecutable** out_loaded) {
   *out_loaded = NULL;
-  tpu_status_t* status = NULL;
   /* Each refusal leaves out at least one override. */
-  for (int attempt = 0; attempt <= TPU_OVERRIDE_COUNT; attempt++) {
-    compile_options(tier, out_options);
+  for (int attempt = 0;; attempt++) {
     TPU_PJRT_ARGS(PJRT_Client_Compile_Args, args, executable);
     args.client = tpu_client_pjrt();
     args.program = program;
-    args.compile_options = out_options->bytes;
-    args.compile_options_size = out_options->len;
-    status = TPU_PJRT_CALL(api, Client_Compile, &args);
+    args.compile_options = options->bytes;
+    args.compile_options_size = options->len;
+    tpu_status_t* status = TPU_PJRT_CALL(api, Client_Compile, &args);
     if (!status) {
       *out_loaded = args.executable;
       return NULL;
     }
-    if (!drop_refused_override(out_options->overrides, tpu_status_message(status))) return status;
+    if (attempt == TPU_OVERRIDE_COUNT || !drop_refused_override(options->overrides, tpu_status_message(status)))
+      return status;
     tpu_status_free(status);
+    compile_options(tier, options);
   }
-  return status;
 }
 
 /* Arrays up to this size live on the stack: most ops have a handful. */
@@ -297,8 +300,8 @@ static tpu_status_t* num_outputs(const PJRT_Api* api, PJRT_LoadedExecutable* loa
 
 /* The disk tier first: a hit loads the serialized executable instead of
  * compiling; a real compile is then stored. The lookup keys on the options
- * compile_program would send now; a store keys on those it did send (they
- * differ only in the one call where a CPU plugin refuses an override). */
+ * the compile tries first; a store keys on those it compiled with (they differ
+ * only in the one call where a CPU plugin refuses an override). */
 static tpu_status_t* load_or_compile(const PJRT_Api* api, const char* mlir, size_t len, tpu_tier_t tier,
                                      PJRT_LoadedExecutable** out_loaded) {
   *out_loaded = NULL;
@@ -321,17 +324,17 @@ static tpu_status_t* load_or_compile(const PJRT_Api* api, const char* mlir, size
   program.code_size = len;
   program.format = "mlir";
   program.format_size = 4;
-  tpu_options_t used;
+  const unsigned looked_up = options.overrides;
   int64_t t0 = now_ns();
   tpu_trace_range_t range = tpu_trace_begin(TPU_TRACE_COMPILE, NULL);
-  tpu_status_t* status = compile_program(api, &program, tier, out_loaded, &used);
+  tpu_status_t* status = compile_program(api, &program, tier, &options, out_loaded);
   tpu_trace_end(range);
   tpu_metric_add(TPU_METRIC_COMPILES, 1);
   tpu_metric_add(TPU_METRIC_COMPILE_NS, now_ns() - t0);
   TPU_RETURN_IF_ERROR(status);
-  if (used.overrides & TPU_QUICK_OVERRIDES) tpu_metric_add(TPU_METRIC_QUICK_COMPILES, 1);
+  if (options.overrides & TPU_QUICK_OVERRIDES) tpu_metric_add(TPU_METRIC_QUICK_COMPILES, 1);
   if (disk) {
-    if (used.overrides != options.overrides) tpu_disk_cache_key(mlir, len, used.bytes, used.len, &key);
+    if (options.overrides != looked_up) tpu_disk_cache_key(mlir, len, options.bytes, options.len, &key);
     tpu_disk_cache_store(api, &key, *out_loaded);
   }
   return NULL;
