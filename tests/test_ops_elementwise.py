@@ -486,10 +486,8 @@ def test_empty_and_scalar_shapes():
         check(lambda c, a: torch.where(c, a, -a), torch.tensor([1, 0], dtype=torch.uint8), torch.tensor([1.0, 2.0]))
 
 
-@pytest.mark.xfail(strict=True, raises=pytest.fail.Exception,
-                   reason="known gap: the tpu where() does not emit ATen's uint8-condition deprecation warning "
-                          "(the CPU kernel, where_self_out, does); strict, so this fails once it does")
 def test_where_uint8_condition_warns():
+    # ATen's kernel (where_self_out) warns; the tpu kernel that replaces it must too.
     # The tpu call itself must warn: the CPU reference runs outside pytest.warns. The
     # warning is a TORCH_WARN_ONCE, hence warn_always.
     c, a = torch.tensor([1, 0], dtype=torch.uint8), torch.tensor([1.0, 2.0])

@@ -3,6 +3,7 @@
 // (tpu_op_run). Results are wrapped as tensors, or written into in-place / out=
 // arguments. Optional CPU fallback (TORCHTPU_CPU_FALLBACK=1) for unsupported ops.
 #include <algorithm>
+#include <atomic>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
@@ -74,6 +75,36 @@ std::string dev_str(int index) { return "tpu:" + std::to_string(index); }
   __builtin_unreachable();
 }
 
+// Deprecation warnings that ATen's kernels give and ours, replacing them, must
+// give too: once per process like TORCH_WARN_ONCE (once per warning: the ops
+// sharing an ATen kernel share its call site), every time under
+// torch.set_warn_always(True).
+struct OnceWarning {
+  const char* message;
+  std::atomic<bool> given;
+};
+// ATen's where_self_out (where.self runs it), word for word.
+OnceWarning kWhereUint8{"where received a uint8 condition tensor. This behavior is deprecated and will be removed in a "
+                    "future version of PyTorch. Use a boolean condition instead.",
+                    {false}};
+
+struct Deprecation {
+  const char* full;  // the op: "aten::where.self"
+  size_t arg;        // the argument whose dtype is deprecated
+  at::ScalarType dtype;
+  OnceWarning* warning;
+};
+const Deprecation kDeprecations[] = {
+    {"aten::where.self", 0, at::kByte, &kWhereUint8},
+    {"aten::where.self_out", 0, at::kByte, &kWhereUint8},
+};
+
+const Deprecation* deprecation_of(const std::string& full) {
+  for (const Deprecation& d : kDeprecations)
+    if (full == d.full) return &d;
+  return nullptr;
+}
+
 // What the fallback needs to know about one op schema, worked out on its first
 // call and kept: names, argument kinds and return aliases do not change between
 // calls, and building them per call (strings, TypePtr copies) cost more than
@@ -97,6 +128,7 @@ struct OpInfo {
   bool list_return = false;             // some return is a Tensor[]
   bool wants_out_dtype = false;
   bool supported = false;
+  const Deprecation* deprecation = nullptr;  // a warning this op may owe (kDeprecations)
   // An elementwise op (aten's pointwise tag, not random) returning one new tensor
   // (no argument written), or writing one out= argument that it returns: a new
   // result, or an empty out=, takes the operands' layout (layout.h).
@@ -148,6 +180,7 @@ std::unique_ptr<OpInfo> make_op_info(const c10::OperatorHandle& op) {
   info->ret_alias = return_aliases(schema, &info->arg_returned);
   info->wants_out_dtype = tpu_op_wants_out_dtype(info->name.c_str());
   info->supported = tpu_op_supported(info->name.c_str());
+  info->deprecation = deprecation_of(info->full);
   int writes = 0, out = -1;
   for (size_t i = 0; i < info->args.size(); ++i)
     if (info->args[i].write) {
@@ -422,11 +455,18 @@ bool run_in_layout_order(const c10::OperatorHandle& op, torch::jit::Stack* stack
   return true;
 }
 
+void warn_if_deprecated(const Call& c, const Deprecation& d) {
+  const c10::IValue& v = c.arg(d.arg);
+  if (!v.isTensor() || v.toTensor().scalar_type() != d.dtype) return;
+  if (c10::WarningUtils::get_warnAlways() || !d.warning->given.exchange(true)) TORCH_WARN(d.warning->message);
+}
+
 void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = op.schema();
   TORCH_INTERNAL_ASSERT(stack->size() >= schema.arguments().size());
   const OpInfo& info = op_info(op);
   Call c{info, schema, stack, stack->size() - schema.arguments().size(), info.full, info.name};
+  if (info.deprecation) warn_if_deprecated(c, *info.deprecation);
   if (info.pointwise && run_in_layout_order(op, stack, c)) return;
   tpu_fallback_as_laid_out(op, c);
 }
