@@ -71,6 +71,10 @@ CASES = {
     "nll_loss_2d": (lambda x, t: F.nll_loss(x, t), lambda: (torch.randn(2, 3, 2, 2), torch.full((2, 2, 2), 3))),
     "cross_entropy": (lambda x, t: F.cross_entropy(x, t, weight=torch.ones(4, device=x.device)),
                       lambda: (X(), i64(3, 4, 1))),
+    # RuntimeErrors: an index outside its 4x4 output plane; a sorter entry outside the sequence
+    "max_unpool2d": (lambda x, i: F.max_unpool2d(x, i, 2), lambda: (torch.ones(1, 1, 2, 2), i64(0, 1, 2, 16).view(1, 1, 2, 2))),
+    "searchsorted_sorter": (lambda s, v, so: torch.searchsorted(s, v, sorter=so),
+                            lambda: (torch.tensor([1.0, 2.0, 3.0]), torch.tensor([2.5]), i64(0, 1, 3))),
 }
 
 

@@ -1,8 +1,10 @@
 """linalg family (runtime/src/ops/linalg.c) vs PyTorch on CPU: Cholesky and
 triangular solves on well-conditioned float32 inputs, and complex64/complex128 Hermitian ones."""
+import warnings
+
 import pytest
 import torch
-import torchtpu  # noqa: F401
+import torchtpu
 
 from tpu_testing import assert_same, check, check_grad
 
@@ -36,6 +38,74 @@ def test_cholesky_errors():
         torch.linalg.cholesky(torch.ones(2, 2, dtype=torch.int64, device="tpu"))
     with pytest.raises(RuntimeError, match="square"):
         torch.linalg.cholesky(torch.ones(2, 3, device="tpu"))
+
+
+def _not_pd(n, at, dtype=torch.float32):
+    """An SPD matrix whose leading minor of order at + 1 is the first that is not
+    positive definite."""
+    a = _spd(n=n).to(dtype)
+    a[at, at] = -100.0
+    return a
+
+
+NOT_PD = {
+    "order_1": lambda: -torch.eye(3),
+    "order_2_of_2": lambda: torch.tensor([[1.0, 2.0], [2.0, 1.0]]),
+    "order_4": lambda: _not_pd(5, 3),
+    "last": lambda: _not_pd(6, 5),
+    "zero_pivot_last": lambda: torch.diag(torch.tensor([1.0, 0.0])),
+    "nan": lambda: torch.tensor([[1.0, float("nan")], [float("nan"), 1.0]]),
+    "batch": lambda: torch.stack([_spd(), _not_pd(4, 2), _not_pd(4, 1), _spd()]),
+    "batch_2d": lambda: torch.stack([_spd(), _not_pd(4, 2)]).view(2, 1, 4, 4),
+    "float64": lambda: _not_pd(4, 2, torch.float64),
+    "complex64": lambda: _not_pd(4, 2, torch.complex64),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NOT_PD))
+def test_cholesky_info_of_matrices_that_are_not_positive_definite(name):
+    # XLA's factor of such a matrix is unspecified: info (LAPACK's: the order of the
+    # first leading minor that is not positive definite) must still be CPU's.
+    a = NOT_PD[name]()
+    expected = torch.linalg.cholesky_ex(a)
+    actual = torch.linalg.cholesky_ex(a.to("tpu"))
+    assert expected.info.ne(0).any()
+    assert_same(actual.info, expected.info)
+    good = expected.info == 0  # the factors of the good matrices in a batch are still right
+    if good.any():
+        torch.testing.assert_close(actual.L.cpu()[good], expected.L[good])
+
+
+def _error(fn, a):
+    try:
+        fn(a)
+    except RuntimeError as e:
+        return e
+    raise AssertionError("no error")
+
+
+@pytest.mark.parametrize("name", ["order_2_of_2", "batch"])
+def test_cholesky_raises_cpus_linalg_error(name):
+    a = NOT_PD[name]()
+    expected = _error(torch.linalg.cholesky, a)
+    with pytest.raises(torch.linalg.LinAlgError) as info:  # ATen checks info (a sync, as on CUDA)
+        torch.linalg.cholesky(a.to("tpu"))
+    assert str(info.value) == str(expected)
+
+
+@pytest.mark.parametrize("fn", [lambda a: torch.linalg.cholesky_ex(a, check_errors=True).L, torch.cholesky],
+                         ids=["cholesky_ex_check_errors", "cholesky"])
+def test_cholesky_check_errors_raise_cpus_text(fn):
+    # Checked on the device (check.h): a RuntimeError, which LinAlgError is too, with
+    # CPU's text, at the op in debug mode and at the next synchronisation otherwise.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.cholesky's deprecation
+        expected = _error(fn, NOT_PD["order_4"]())
+        with pytest.raises(RuntimeError) as info:
+            fn(NOT_PD["order_4"]().to("tpu")).cpu()
+        assert str(expected) in str(info.value)
+        torchtpu.synchronize()  # reported once
+        check(fn, _spd())
 
 
 @pytest.mark.parametrize("upper", [False, True])

@@ -1455,7 +1455,10 @@ static tpu_status_t* tpu_lower_searchsorted(tpu_builder_t* b, tpu_op_t* op, int 
   }
   tpu_val_t s = tpu_op_tensor(b, op, 0);
   if (tpu_op_kind(op, 5) == TPU_ARG_TENSOR) { /* sorter: s = take_along_dim(s, sorter) */
-    tpu_val_t so = tpu_idx_wrap(b, tpu_op_tensor(b, op, 5), sa.dims[sa.rank - 1]);
+    tpu_val_t so = tpu_b_convert(b, tpu_op_tensor(b, op, 5), TPU_I64);
+    if (tpu_aval_numel(&sa) > 0) /* ATen refuses a negative entry too */
+      tpu_op_check(b, op, tpu_idx_out_of_range(b, so, sa.dims[sa.rank - 1]), TPU_NOVAL, TPU_INVALID_ARGUMENT, "%s",
+                   "torch.searchsorted(): sorter index out of range");
     s = tpu_idx_gather_dim(b, s, sa.rank - 1, so);
   }
   tpu_val_t v;

@@ -10,7 +10,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "check.h"
 #include "matrix.h"
+#include "nn.h"
 
 /* Arg i must be a batch of matrices ([*, m, n]; square when `square`) of
  * float32/float64/complex64/complex128. */
@@ -67,35 +69,137 @@ static bool tpu_la_bcast_batch(tpu_builder_t* b, tpu_val_t* x, tpu_val_t* y) {
   return tpu_b_ok(b);
 }
 
-/* The Cholesky factor of arg 0: L (lower, tril) or U = L^H (upper, triu). */
-static tpu_val_t tpu_la_cholesky(tpu_builder_t* b, tpu_op_t* op, bool upper) {
+/* ------------------------------------------------- Cholesky's info */
+
+/* XLA's factor of a matrix that is not positive definite is unspecified, so
+ * LAPACK's info comes from the unblocked algorithm (potf2) run on the matrices
+ * whose factor is not finite with a positive diagonal: step k takes the pivot
+ * d = W[k,k] (info = k + 1 at the first one that is not > 0, NaN included) and
+ * subtracts l l^H, l = W[:, k] / sqrt(d) below row k. The loop stops at once
+ * when every factor is good, so a positive definite input pays for two
+ * reductions only. Carry: W (batch..., n, n), info (batch...) i32, todo
+ * (batch...) i1: failed and no info yet. */
+static void tpu_la_potf2_step(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_val_t* in, tpu_val_t* out) {
+  (void)ctx;
+  tpu_val_t W = in[0];
+  tpu_aval_t m = *tpu_b_aval(b, W);
+  int r = m.rank;
+  tpu_aval_t bat = *tpu_b_aval(b, in[1]);
+  tpu_val_t c = tpu_mx_take(b, W, r - 1, k); /* (batch..., n) */
+  tpu_val_t d = tpu_mx_take(b, c, r - 2, k);  /* (batch...) */
+  if (tpu_dtype_is_complex(m.dtype)) d = tpu_ops_part(b, d, false);
+  tpu_aval_t da = *tpu_b_aval(b, d);
+  tpu_val_t bad = tpu_b_unary(b, "stablehlo.not", tpu_b_compare(b, "GT", d, tpu_b_full(b, &da, 0.0)));
+  tpu_val_t first = tpu_b_binary(b, "stablehlo.and", bad, in[2]);
+  tpu_val_t k1 = tpu_b_convert(b, tpu_b_binary(b, "stablehlo.add", k, tpu_b_const_i(b, TPU_I32, 1)), TPU_I32);
+  out[1] = tpu_b_select(b, first, tpu_b_broadcast_in_dim(b, k1, bat.rank, bat.dims, NULL), in[1]);
+  out[2] = tpu_b_binary(b, "stablehlo.and", in[2], tpu_b_unary(b, "stablehlo.not", bad));
+  tpu_val_t root = tpu_b_unary(b, "stablehlo.sqrt", d);
+  if (tpu_dtype_is_complex(m.dtype)) root = tpu_ops_complex(b, root, tpu_b_full(b, &da, 0.0));
+  tpu_aval_t va = *tpu_b_aval(b, c), iv = tpu_mx_retype(&va, TPU_I32);
+  tpu_val_t below = tpu_b_compare(b, "GT", tpu_b_iota(b, &iv, r - 2), tpu_b_broadcast_in_dim(b, k, iv.rank, iv.dims, NULL));
+  tpu_val_t l = tpu_b_select(b, below, tpu_nn_div(b, c, tpu_mx_bcast_batch(b, root, &va)), tpu_b_full(b, &va, 0.0));
+  tpu_val_t outer = tpu_nn_mul(b, tpu_mx_bcast_vec(b, l, &m, false), tpu_mx_bcast_vec(b, tpu_ops_conj(b, l), &m, true));
+  out[0] = tpu_nn_sub(b, W, outer);
+}
+
+static tpu_val_t tpu_la_potf2_cond(tpu_builder_t* b, void* ctx, tpu_val_t k, const tpu_val_t* in) {
+  (void)ctx;
+  (void)k;
+  return tpu_mx_any(b, in[2]);
+}
+
+/* info for the input x and XLA's masked factor l (both batch..., n, n). */
+static tpu_val_t tpu_la_cholesky_info(tpu_builder_t* b, tpu_val_t x, tpu_val_t l) {
+  tpu_aval_t m = *tpu_b_aval(b, l);
+  int r = m.rank;
+  int64_t n = m.dims[r - 1];
+  tpu_val_t lr = tpu_dtype_is_complex(m.dtype) ? tpu_ops_part(b, l, false) : l;
+  tpu_val_t li = tpu_dtype_is_complex(m.dtype) ? tpu_ops_part(b, l, true) : l;
+  tpu_aval_t ra = *tpu_b_aval(b, lr);
+  /* good entries: finite (x - x is 0 exactly then); a good diagonal is > 0 */
+  tpu_val_t finite = tpu_b_binary(b, "stablehlo.and",
+                                  tpu_b_compare(b, "EQ", tpu_nn_sub(b, lr, lr), tpu_b_full(b, &ra, 0.0)),
+                                  tpu_b_compare(b, "EQ", tpu_nn_sub(b, li, li), tpu_b_full(b, &ra, 0.0)));
+  tpu_aval_t ia = tpu_mx_retype(&ra, TPU_I32);
+  tpu_val_t diag = tpu_b_compare(b, "EQ", tpu_b_iota(b, &ia, r - 2), tpu_b_iota(b, &ia, r - 1));
+  tpu_val_t pos = tpu_b_compare(b, "GT", lr, tpu_b_full(b, &ra, 0.0));
+  tpu_val_t ok = tpu_b_binary(b, "stablehlo.and", finite,
+                              tpu_b_binary(b, "stablehlo.or", tpu_b_unary(b, "stablehlo.not", diag), pos));
+  int64_t last2[2] = {r - 2, r - 1};
+  tpu_val_t all_ok = tpu_b_reduce(b, ok, tpu_b_const_i(b, TPU_BOOL, 1), 2, last2, "stablehlo.and");
+  tpu_aval_t bat = tpu_mx_drop(&m, 2), ibat = tpu_mx_retype(&bat, TPU_I32);
+  tpu_val_t init[3] = {x, tpu_b_full(b, &ibat, 0.0), tpu_b_unary(b, "stablehlo.not", all_ok)};
+  tpu_val_t res[3];
+  tpu_mx_while(b, n, 3, init, tpu_la_potf2_cond, tpu_la_potf2_step, NULL, res, NULL);
+  return res[1];
+}
+
+/* The Cholesky factor of arg 0: L (lower, tril) or U = L^H (upper, triu), and
+ * when out_info is not NULL LAPACK's info (batch...) i32: 0, or the order of the
+ * first leading minor that is not positive definite. */
+static tpu_val_t tpu_la_cholesky(tpu_builder_t* b, tpu_op_t* op, bool upper, tpu_val_t* out_info) {
   tpu_aval_t a = tpu_op_aval(op, 0);
   tpu_val_t x = tpu_op_tensor(b, op, 0);
+  if (out_info) {
+    tpu_aval_t ia = tpu_aval_make(TPU_I32, a.rank - 2, a.dims);
+    *out_info = tpu_b_full(b, &ia, 0.0);
+  }
   if (tpu_aval_numel(&a) == 0) return x;
   tpu_val_t l = tpu_la_tri(b, tpu_b_op1(b, "stablehlo.cholesky", 1, &x, "lower = true", &a), true);
+  if (out_info) *out_info = tpu_la_cholesky_info(b, x, l);
   return upper ? tpu_ops_conj(b, tpu_mx_mT(b, l)) : l;
 }
 
+/* The message ATen gives for info > 0 (without its batch element), "{}" the order. */
+#define TPU_LA_NOT_PD(api)                                                                                  \
+  api ": The factorization could not be completed because the input is not positive-definite (the leading " \
+      "minor of order {} is not positive-definite)."
+
+/* check_errors (and the old torch.cholesky): a device-side check (check.h) that
+ * fails the next sync with ATen's message, as a RuntimeError (ATen's
+ * LinAlgError is one), naming the order of the first failing matrix's minor. */
+static void tpu_la_cholesky_check(tpu_builder_t* b, tpu_op_t* op, tpu_val_t info, const char* message) {
+  int rank = tpu_b_rank(b, info);
+  tpu_val_t order = info;
+  if (rank > 0) { /* the first nonzero info: the largest of (nonzero) - position */
+    tpu_aval_t ia = *tpu_b_aval(b, info);
+    tpu_val_t flat = tpu_b_reshape(b, info, 1, (int64_t[]){tpu_aval_numel(&ia)});
+    tpu_aval_t fa = *tpu_b_aval(b, flat);
+    tpu_val_t pos = tpu_b_iota(b, &fa, 0);
+    tpu_val_t key = tpu_b_select(b, tpu_b_compare(b, "NE", flat, tpu_b_full(b, &fa, 0.0)),
+                                 tpu_nn_sub(b, tpu_b_full(b, &fa, (double)fa.dims[0]), pos), tpu_b_full(b, &fa, 0.0));
+    int64_t d0 = 0;
+    tpu_val_t best = tpu_b_reduce(b, key, tpu_b_const_i(b, TPU_I32, 0), 1, &d0, "stablehlo.maximum");
+    tpu_val_t hit = tpu_b_compare(b, "EQ", key, tpu_b_broadcast_in_dim(b, best, 1, fa.dims, NULL));
+    order = tpu_b_reduce(b, tpu_b_select(b, hit, flat, tpu_b_full(b, &fa, 0.0)), tpu_b_const_i(b, TPU_I32, 0), 1,
+                         &d0, "stablehlo.maximum");
+  }
+  tpu_val_t bad = tpu_b_compare(b, "NE", order, tpu_b_const_i(b, TPU_I32, 0));
+  tpu_op_check(b, op, bad, tpu_b_convert(b, order, TPU_I64), TPU_INVALID_ARGUMENT, "%s", message);
+}
+
 /* linalg_cholesky_ex(self, *, upper=False, check_errors=False) -> (L, info).
- * info is zeros: a matrix that is not positive definite gives NaNs in L
- * instead of an info code (known gap; check_errors cannot raise). */
+ * A matrix that is not positive definite gives NaNs in L (XLA leaves them
+ * unspecified) and LAPACK's info. */
 static tpu_status_t* tpu_lower_linalg_cholesky_ex(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs,
                                                   int* nouts) {
   (void)max_outs;
   if (!tpu_la_check(b, op, 0, true, "linalg.cholesky")) return NULL;
-  tpu_aval_t a = tpu_op_aval(op, 0);
-  outs[0] = tpu_la_cholesky(b, op, tpu_op_bool(op, 1, false));
-  tpu_aval_t ia = tpu_aval_make(TPU_I32, a.rank - 2, a.dims);
-  outs[1] = tpu_b_full(b, &ia, 0.0);
+  outs[0] = tpu_la_cholesky(b, op, tpu_op_bool(op, 1, false), &outs[1]);
+  if (tpu_op_bool(op, 2, false)) tpu_la_cholesky_check(b, op, outs[1], TPU_LA_NOT_PD("linalg.cholesky_ex"));
   *nouts = 2;
   return NULL;
 }
 
-/* cholesky(self, upper=False) */
+/* cholesky(self, upper=False): ATen's deprecated op checks its info. */
 static tpu_status_t* tpu_lower_cholesky(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
   (void)max_outs;
   if (!tpu_la_check(b, op, 0, true, "cholesky")) return NULL;
-  return tpu_ops_result1(tpu_la_cholesky(b, op, tpu_op_bool(op, 1, false)), outs, nouts);
+  tpu_val_t info = TPU_NOVAL;
+  tpu_val_t l = tpu_la_cholesky(b, op, tpu_op_bool(op, 1, false), &info);
+  tpu_la_cholesky_check(b, op, info, TPU_LA_NOT_PD("cholesky"));
+  return tpu_ops_result1(l, outs, nouts);
 }
 
 /* Both tensor args checked as matrices of one dtype (A square). */

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "check.h"
 #include "nn.h"
 
 #define TPU_POOL_MAX_SP 3
@@ -611,6 +612,30 @@ TPU_NN_LOWERING(adaptive_max_pool_backward) {
 
 /* ---------------------------------------------------------------- max unpool */
 
+/* An index outside its output plane fails at the next sync with ATen's message
+ * (naming the largest such index): CPU and CUDA refuse it, and the scatter would
+ * drop the value without a word. */
+static void tpu_unpool_check(tpu_builder_t* b, tpu_op_t* op, tpu_val_t idx, int64_t plane, int nsp,
+                             const int64_t* osz) {
+  tpu_aval_t a = *tpu_b_aval(b, idx);
+  if (!tpu_b_ok(b) || tpu_aval_numel(&a) == 0) return;
+  int64_t dims[TPU_MAX_RANK];
+  for (int i = 0; i < a.rank; ++i) dims[i] = i;
+  tpu_val_t outside = tpu_b_binary(b, "stablehlo.or", tpu_b_compare(b, "LT", idx, tpu_b_full(b, &a, 0.0)),
+                                   tpu_b_compare(b, "GE", idx, tpu_b_full(b, &a, (double)plane)));
+  tpu_val_t bad = tpu_b_reduce(b, outside, tpu_b_const_i(b, TPU_BOOL, 0), a.rank, dims, "stablehlo.or");
+  tpu_val_t low = tpu_b_const_i(b, TPU_I64, INT64_MIN);
+  tpu_val_t only_bad = tpu_b_select(b, outside, idx, tpu_b_broadcast_in_dim(b, low, a.rank, a.dims, NULL));
+  tpu_val_t value = tpu_b_reduce(b, only_bad, low, a.rank, dims, "stablehlo.maximum");
+  if (nsp == 2)
+    tpu_op_check(b, op, bad, value, TPU_INVALID_ARGUMENT,
+                 "Found an invalid max index: {} (output volumes are of size %" PRId64 "x%" PRId64 ")", osz[0], osz[1]);
+  else
+    tpu_op_check(b, op, bad, value, TPU_INVALID_ARGUMENT,
+                 "Found an invalid max index: {} (output volumes are of size %" PRId64 "x%" PRId64 "x%" PRId64 ")",
+                 osz[0], osz[1], osz[2]);
+}
+
 /* max_unpool2d(self, indices, output_size) and max_unpool3d(self, indices,
  * output_size, stride, padding): zeros of [*lead, *output_size] with each plane's
  * value put at its flat per-plane index (the inverse of max_pool's indices). */
@@ -646,6 +671,7 @@ TPU_NN_LOWERING(max_unpool) {
   for (int i = 0; i < nsp; ++i) plane *= osz[i];
   memcpy(dims, x.dims, sizeof(int64_t) * (size_t)lead);
   memcpy(dims + lead, osz, sizeof(int64_t) * (size_t)nsp);
+  tpu_unpool_check(b, op, tpu_op_tensor(b, op, 1), plane, nsp, osz);
   tpu_val_t y = tpu_pool_scatter_planes(b, tpu_op_tensor(b, op, 0), tpu_op_tensor(b, op, 1), planes, m, plane, NULL);
   return tpu_ops_result1(tpu_b_reshape(b, y, x.rank, dims), outs, nouts);
 }

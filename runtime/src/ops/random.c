@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "check.h"
 #include "common.h"
 
 #define TPU_RAND_PI 3.14159265358979323846
@@ -690,6 +691,37 @@ static tpu_val_t tpu_rand_multinomial_race(tpu_builder_t* b, tpu_rng_t* g, tpu_v
   return tpu_b_slice(b, idx, lo, hi, NULL);
 }
 
+/* Any element of the 2-d bool m true (a 0-d bool). */
+static tpu_val_t tpu_rand_any2(tpu_builder_t* b, tpu_val_t m) {
+  int64_t dims[2] = {0, 1};
+  return tpu_b_reduce(b, m, tpu_b_const_i(b, TPU_BOOL, 0), 2, dims, "stablehlo.or");
+}
+
+/* ATen's checks of the distributions probs [r, k], in its order and with its
+ * messages (its kernel for several samples with replacement has its own), as
+ * device-side checks (check.h): CPU and CUDA refuse them, the samples would be
+ * meaningless. */
+static void tpu_rand_multinomial_check(tpu_builder_t* b, tpu_op_t* op, tpu_val_t probs, bool several_replaced) {
+  tpu_val_t negative = tpu_b_unary(b, "stablehlo.not", tpu_b_compare(b, "GE", probs, tpu_rand_fill(b, probs, 0.0)));
+  tpu_val_t infinite = tpu_b_compare(b, "EQ", probs, tpu_rand_fill(b, probs, INFINITY)); /* NaN is "negative" */
+  if (several_replaced) {
+    tpu_op_check(b, op, tpu_rand_any2(b, negative), TPU_NOVAL, TPU_INVALID_ARGUMENT, "%s",
+                 "invalid multinomial distribution (encountering probability entry < 0)");
+    tpu_op_check(b, op, tpu_rand_any2(b, infinite), TPU_NOVAL, TPU_INVALID_ARGUMENT, "%s",
+                 "invalid multinomial distribution (encountering probability entry = infinity or NaN)");
+  } else {
+    tpu_op_check(b, op, tpu_rand_any2(b, tpu_b_binary(b, "stablehlo.or", negative, infinite)), TPU_NOVAL,
+                 TPU_INVALID_ARGUMENT, "%s", "probability tensor contains either `inf`, `nan` or element < 0");
+  }
+  tpu_aval_t pa = *tpu_b_aval(b, probs);
+  int64_t last = 1;
+  tpu_val_t sums = tpu_b_reduce(b, probs, tpu_b_const(b, pa.dtype, 0.0), 1, &last, "stablehlo.add");
+  tpu_val_t empty = tpu_b_reshape(b, tpu_b_compare(b, "LE", sums, tpu_rand_fill(b, sums, 0.0)), 2,
+                                  (int64_t[]){pa.dims[0], 1});
+  tpu_op_check(b, op, tpu_rand_any2(b, empty), TPU_NOVAL, TPU_INVALID_ARGUMENT, "%s",
+               "invalid multinomial distribution (sum of probabilities <= 0)");
+}
+
 static tpu_status_t* tpu_lower_multinomial(tpu_builder_t* b, tpu_op_t* op, int max_outs, tpu_val_t* outs, int* nouts) {
   (void)max_outs;
   tpu_aval_t pa = tpu_op_aval(op, 0);
@@ -712,6 +744,7 @@ static tpu_status_t* tpu_lower_multinomial(tpu_builder_t* b, tpu_op_t* op, int m
   } else {
     tpu_dtype_t ct = tpu_rand_compute(pa.dtype);
     tpu_val_t probs = tpu_b_reshape(b, tpu_b_convert(b, tpu_op_tensor(b, op, 0), ct), 2, (int64_t[]){r, k});
+    tpu_rand_multinomial_check(b, op, probs, replace && s > 1);
     tpu_rng_t g = tpu_rng_open(b, op);
     tpu_val_t idx = replace && s > 1 ? tpu_rand_multinomial_replace(b, &g, probs, s) : tpu_rand_multinomial_race(b, &g, probs, s);
     outs[0] = tpu_b_reshape(b, idx, out.rank, out.dims);
