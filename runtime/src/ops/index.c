@@ -1508,6 +1508,10 @@ static void tpu_histc_bounds(tpu_builder_t* b, tpu_val_t x, tpu_dtype_t ct, tpu_
   tpu_val_t bottom = integral ? tpu_b_const_i(b, ct, INT64_MIN) : tpu_b_const(b, ct, -INFINITY);
   tpu_val_t dmin = tpu_b_reduce(b, x, top, 1, &d0, "stablehlo.minimum");
   tpu_val_t dmax = tpu_b_reduce(b, x, bottom, 1, &d0, "stablehlo.maximum");
+  if (!integral) { /* min / max may skip a NaN, which makes ATen's range NaN (tpu_histc_check) */
+    tpu_val_t nan = tpu_b_reduce(b, tpu_b_compare(b, "NE", x, x), tpu_b_const_i(b, TPU_BOOL, 0), 1, &d0, "stablehlo.or");
+    dmin = tpu_b_select(b, nan, tpu_b_const(b, ct, NAN), dmin);
+  }
   tpu_val_t same = tpu_b_compare(b, "EQ", *lo, *hi);
   *lo = tpu_b_select(b, same, dmin, *lo);
   *hi = tpu_b_select(b, same, dmax, *hi);
@@ -1515,6 +1519,20 @@ static void tpu_histc_bounds(tpu_builder_t* b, tpu_val_t x, tpu_dtype_t ct, tpu_
   same = tpu_b_compare(b, "EQ", *lo, *hi);
   *lo = tpu_b_select(b, same, tpu_b_binary(b, "stablehlo.subtract", *lo, one), *lo);
   *hi = tpu_b_select(b, same, tpu_b_binary(b, "stablehlo.add", *hi, one), *hi);
+}
+
+/* ATen's checks of the final bounds, in its order, on the device: the data's
+ * range or runtime scalars decide. (ATen's first text names the two bounds; a
+ * check reports one integer, so this one names none.) */
+static void tpu_histc_check(tpu_builder_t* b, tpu_op_t* op, tpu_val_t lo, tpu_val_t hi, bool integral) {
+  if (!integral) {
+    tpu_val_t finite = tpu_b_binary(b, "stablehlo.and", tpu_b_unary(b, "stablehlo.is_finite", lo),
+                                    tpu_b_unary(b, "stablehlo.is_finite", hi));
+    tpu_op_check(b, op, tpu_b_unary(b, "stablehlo.not", finite), TPU_NOVAL, TPU_INVALID_ARGUMENT, "%s",
+                 "torch.histc: range of [min, max] is not finite");
+  }
+  tpu_op_check(b, op, tpu_b_unary(b, "stablehlo.not", tpu_b_compare(b, "LT", lo, hi)), TPU_NOVAL,
+               TPU_INVALID_ARGUMENT, "%s", "torch.histc: max must be larger than min");
 }
 
 /* The bin of each element of flat x in [lo, hi] (ct), `bins` (dropped by the
@@ -1576,6 +1594,7 @@ static tpu_status_t* tpu_lower_histc(tpu_builder_t* b, tpu_op_t* op, int max_out
   if (n == 0) return tpu_idx_one(tpu_b_convert(b, tpu_b_full(b, &ha, 0.0), in.dtype), outs, nouts);
   tpu_val_t x = tpu_b_reshape(b, tpu_b_convert(b, tpu_op_tensor(b, op, 0), at), 1, &n);
   tpu_histc_bounds(b, x, at, &lo, &hi);
+  tpu_histc_check(b, op, lo, hi, integral);
   tpu_val_t bin = tpu_histc_bin(b, x, lo, hi, n, bins, at);
   tpu_val_t ones = tpu_b_full(b, &(tpu_aval_t){.dtype = ct, .rank = 1, .dims = {n}}, 1.0);
   tpu_val_t h = tpu_idx_put_along(b, tpu_b_full(b, &ha, 0.0), 0, bin, ones, "stablehlo.add");

@@ -156,10 +156,11 @@ static tpu_val_t tpu_la_cholesky(tpu_builder_t* b, tpu_op_t* op, bool upper, tpu
   api ": The factorization could not be completed because the input is not positive-definite (the leading " \
       "minor of order {} is not positive-definite)."
 
-/* check_errors (and the old torch.cholesky): a device-side check (check.h) that
- * fails the next sync with ATen's message, as a RuntimeError (ATen's
- * LinAlgError is one), naming the order of the first failing matrix's minor. */
-static void tpu_la_cholesky_check(tpu_builder_t* b, tpu_op_t* op, tpu_val_t info, const char* message) {
+/* A nonzero LAPACK-style info (batch...) i32 as a device-side check (check.h):
+ * the next sync fails with ATen's message, as a RuntimeError (ATen's LinAlgError
+ * is one), "{}" the first failing matrix's info (check_errors, the old
+ * torch.cholesky, cholesky_inverse). */
+static void tpu_la_check_info(tpu_builder_t* b, tpu_op_t* op, tpu_val_t info, const char* message) {
   int rank = tpu_b_rank(b, info);
   tpu_val_t order = info;
   if (rank > 0) { /* the first nonzero info: the largest of (nonzero) - position */
@@ -187,7 +188,7 @@ static tpu_status_t* tpu_lower_linalg_cholesky_ex(tpu_builder_t* b, tpu_op_t* op
   (void)max_outs;
   if (!tpu_la_check(b, op, 0, true, "linalg.cholesky")) return NULL;
   outs[0] = tpu_la_cholesky(b, op, tpu_op_bool(op, 1, false), &outs[1]);
-  if (tpu_op_bool(op, 2, false)) tpu_la_cholesky_check(b, op, outs[1], TPU_LA_NOT_PD("linalg.cholesky_ex"));
+  if (tpu_op_bool(op, 2, false)) tpu_la_check_info(b, op, outs[1], TPU_LA_NOT_PD("linalg.cholesky_ex"));
   *nouts = 2;
   return NULL;
 }
@@ -198,7 +199,7 @@ static tpu_status_t* tpu_lower_cholesky(tpu_builder_t* b, tpu_op_t* op, int max_
   if (!tpu_la_check(b, op, 0, true, "cholesky")) return NULL;
   tpu_val_t info = TPU_NOVAL;
   tpu_val_t l = tpu_la_cholesky(b, op, tpu_op_bool(op, 1, false), &info);
-  tpu_la_cholesky_check(b, op, info, TPU_LA_NOT_PD("cholesky"));
+  tpu_la_check_info(b, op, info, TPU_LA_NOT_PD("cholesky"));
   return tpu_ops_result1(l, outs, nouts);
 }
 
@@ -279,7 +280,22 @@ static tpu_status_t* tpu_lower_cholesky_inverse(tpu_builder_t* b, tpu_op_t* op, 
   ia.dtype = TPU_I64;
   tpu_val_t eye = tpu_b_convert(
       b, tpu_b_compare(b, "EQ", tpu_b_iota(b, &ia, a.rank - 2), tpu_b_iota(b, &ia, a.rank - 1)), a.dtype);
-  tpu_val_t inv = tpu_la_cholesky_solve(b, tpu_op_tensor(b, op, 0), eye, tpu_op_bool(op, 1, false));
+  tpu_val_t factor = tpu_op_tensor(b, op, 0);
+  if (tpu_aval_numel(&a) > 0) { /* ATen's info: the first zero on the factor's diagonal (1-based) */
+    tpu_aval_t i32 = tpu_mx_retype(&a, TPU_I32);
+    tpu_val_t rows = tpu_b_iota(b, &i32, a.rank - 2);
+    tpu_val_t zero = tpu_b_binary(b, "stablehlo.and", tpu_b_compare(b, "EQ", rows, tpu_b_iota(b, &i32, a.rank - 1)),
+                                  tpu_b_compare(b, "EQ", factor, tpu_b_full(b, &a, 0.0)));
+    int64_t n = a.dims[a.rank - 1], last2[2] = {a.rank - 2, a.rank - 1};
+    tpu_val_t at = tpu_b_select(b, zero, tpu_nn_add(b, rows, tpu_b_full(b, &i32, 1.0)), tpu_b_full(b, &i32, (double)n + 1));
+    tpu_val_t first = tpu_b_reduce(b, at, tpu_b_const_i(b, TPU_I32, n + 1), 2, last2, "stablehlo.minimum");
+    tpu_aval_t fa = *tpu_b_aval(b, first);
+    tpu_val_t info = tpu_b_select(b, tpu_b_compare(b, "GT", first, tpu_b_full(b, &fa, (double)n)), tpu_b_full(b, &fa, 0.0), first);
+    tpu_la_check_info(b, op, info,
+                      "cholesky_inverse: The diagonal element {} is zero, the inversion could not be completed because "
+                      "the input matrix is singular.");
+  }
+  tpu_val_t inv = tpu_la_cholesky_solve(b, factor, eye, tpu_op_bool(op, 1, false));
   return tpu_ops_result1(inv, outs, nouts);
 }
 

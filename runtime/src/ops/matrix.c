@@ -2,6 +2,7 @@
 #include "matrix.h"
 
 #include <float.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -249,6 +250,14 @@ tpu_val_t tpu_mx_any(tpu_builder_t* b, tpu_val_t m) {
   int64_t dims[TPU_MAX_RANK];
   for (int i = 0; i < rank; i++) dims[i] = i;
   return rank ? tpu_b_reduce(b, m, tpu_b_const_i(b, TPU_BOOL, 0), rank, dims, "stablehlo.or") : m;
+}
+
+tpu_val_t tpu_mx_any_outside(tpu_builder_t* b, tpu_val_t x, double lo, double hi) {
+  if (!tpu_b_ok(b)) return TPU_NOVAL;
+  tpu_aval_t a = *tpu_b_aval(b, x);
+  tpu_val_t in = tpu_b_compare(b, "GE", x, tpu_b_full(b, &a, lo));
+  if (hi < INFINITY) in = tpu_b_binary(b, "stablehlo.and", in, tpu_b_compare(b, "LE", x, tpu_b_full(b, &a, hi)));
+  return tpu_mx_any(b, tpu_b_unary(b, "stablehlo.not", in));
 }
 
 bool tpu_mx_check_input(tpu_builder_t* b, const tpu_aval_t* a, const char* api, const char* half_kernel,

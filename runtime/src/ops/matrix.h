@@ -61,6 +61,9 @@ tpu_val_t tpu_mx_slice(tpu_builder_t* b, tpu_val_t x, int dim, int64_t lo, int64
 tpu_val_t tpu_mx_block(tpu_builder_t* b, tpu_val_t x, int64_t rows, int64_t cols);
 /* Any element of the bool value m true (a 0-d bool): a loop condition. */
 tpu_val_t tpu_mx_any(tpu_builder_t* b, tpu_val_t m);
+/* Some element of the real x not in [lo, hi] (NaN is in no range; hi = INFINITY:
+ * no upper bound), a 0-d bool: a device-side check's condition. */
+tpu_val_t tpu_mx_any_outside(tpu_builder_t* b, tpu_val_t x, double lo, double hi);
 /* ATen's checks on a linalg input A for `api` ("torch.linalg.lu_factor" ...): f32
  * or f64 (complex: not on tpu yet; f16/bf16: `"<half_kernel>" not implemented`, or
  * when half_kernel is NULL ATen's "Low precision dtypes not supported"), at least 2

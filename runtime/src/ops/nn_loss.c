@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "matrix.h"
 #include "nn.h"
 
 static tpu_val_t tpu_loss_select(tpu_builder_t* b, tpu_val_t p, tpu_val_t t, tpu_val_t f) {
@@ -108,9 +109,21 @@ static tpu_val_t tpu_bce_g(tpu_builder_t* b, tpu_val_t x, tpu_val_t y, double p)
   return tpu_nn_div(b, tpu_nn_sub(b, x, y), den);
 }
 
+/* ATen's forward kernel refuses probabilities outside [0, 1] (a missing
+ * sigmoid): device-side checks with its texts, instead of NaN or a wrong loss. */
+static void tpu_bce_check(tpu_builder_t* b, tpu_op_t* op, tpu_val_t x, tpu_val_t y) {
+  tpu_op_check(b, op, tpu_mx_any_outside(b, x, 0.0, 1.0), TPU_NOVAL, TPU_INVALID_ARGUMENT, "%s",
+               "all elements of input should be between 0 and 1");
+  tpu_op_check(b, op, tpu_mx_any_outside(b, y, 0.0, 1.0), TPU_NOVAL, TPU_INVALID_ARGUMENT, "%s",
+               "all elements of target should be between 0 and 1");
+}
+
+typedef void (*tpu_loss_check_fn_t)(tpu_builder_t* b, tpu_op_t* op, tpu_val_t x, tpu_val_t y);
+
 typedef struct tpu_loss_form {
   const char* name; /* forward aten name; the backward is name + "_backward" */
   tpu_loss_fn_t fwd, grad;
+  tpu_loss_check_fn_t check; /* the forward's checks of the data, or NULL */
   int8_t weight;    /* forward arg index of an optional weight, -1: none */
   int8_t reduction; /* forward arg index */
   int8_t param;     /* forward arg index of a float parameter, -1: none */
@@ -118,11 +131,11 @@ typedef struct tpu_loss_form {
 } tpu_loss_form_t;
 
 static const tpu_loss_form_t tpu_loss_forms[] = {
-    {"mse_loss", tpu_mse_f, tpu_mse_g, -1, 2, -1, 0},
-    {"smooth_l1_loss", tpu_smooth_l1_f, tpu_smooth_l1_g, -1, 2, 3, 1.0},
-    {"huber_loss", tpu_huber_f, tpu_huber_g, -1, 2, 3, 1.0},
-    {"soft_margin_loss", tpu_soft_margin_f, tpu_soft_margin_g, -1, 2, -1, 0},
-    {"binary_cross_entropy", tpu_bce_f, tpu_bce_g, 2, 3, -1, 0},
+    {"mse_loss", tpu_mse_f, tpu_mse_g, NULL, -1, 2, -1, 0},
+    {"smooth_l1_loss", tpu_smooth_l1_f, tpu_smooth_l1_g, NULL, -1, 2, 3, 1.0},
+    {"huber_loss", tpu_huber_f, tpu_huber_g, NULL, -1, 2, 3, 1.0},
+    {"soft_margin_loss", tpu_soft_margin_f, tpu_soft_margin_g, NULL, -1, 2, -1, 0},
+    {"binary_cross_entropy", tpu_bce_f, tpu_bce_g, tpu_bce_check, 2, 3, -1, 0},
 };
 
 static const tpu_loss_form_t* tpu_loss_form(const char* name, bool backward) {
@@ -154,6 +167,7 @@ static tpu_status_t* tpu_loss_pointwise(tpu_builder_t* b, tpu_op_t* op, tpu_val_
   double p = f->param >= 0 ? tpu_op_float(op, f->param + o, f->param_default) : 0;
   tpu_dtype_t ct = tpu_dtype_opmath(rt);
   tpu_val_t x = tpu_ops_operand(b, op, o, ct, &shape), y = tpu_ops_operand(b, op, o + 1, ct, &shape);
+  if (!backward && f->check && tpu_aval_numel(&shape) > 0) f->check(b, op, x, y);
   tpu_val_t v = backward ? f->grad(b, x, y, p) : f->fwd(b, x, y, p);
   if (has_w) v = tpu_nn_mul(b, v, tpu_ops_operand(b, op, f->weight + o, ct, &shape));
   if (!backward) {

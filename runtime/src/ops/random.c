@@ -21,6 +21,7 @@
 
 #include "check.h"
 #include "common.h"
+#include "matrix.h"
 
 #define TPU_RAND_PI 3.14159265358979323846
 
@@ -89,6 +90,15 @@ static tpu_val_t tpu_rand_full_int(tpu_builder_t* b, tpu_dtype_t t, uint64_t v, 
 static tpu_val_t tpu_rand_fill(tpu_builder_t* b, tpu_val_t like, double v) {
   tpu_aval_t a = *tpu_b_aval(b, like);
   return tpu_b_full(b, &a, v);
+}
+
+/* A device-side check (check.h) that fails with ATen's `message` when some
+ * element of x is not in [lo, hi] (NaN neither): a distribution parameter ATen's
+ * kernel refuses, where the samples would be meaningless. */
+static void tpu_rand_check_range(tpu_builder_t* b, tpu_op_t* op, tpu_val_t x, double lo, double hi,
+                                 const char* message) {
+  if (!tpu_b_ok(b) || tpu_aval_numel(tpu_b_aval(b, x)) == 0) return;
+  tpu_op_check(b, op, tpu_mx_any_outside(b, x, lo, hi), TPU_NOVAL, TPU_INVALID_ARGUMENT, "%s", message);
 }
 
 /* ------------------------------------------------------------ the generator */
@@ -398,6 +408,8 @@ static tpu_status_t* tpu_lower_normal(tpu_builder_t* b, tpu_op_t* op, int max_ou
   tpu_aval_t cshape = tpu_rand_retype(&shape, ct);
   tpu_val_t mean = tpu_ops_operand(b, op, 0, ct, &cshape);
   tpu_val_t std = tpu_op_kind(op, 1) == TPU_ARG_NONE ? tpu_b_full(b, &cshape, 1.0) : tpu_ops_operand(b, op, 1, ct, &cshape);
+  if (tpu_op_kind(op, 1) == TPU_ARG_TENSOR)
+    tpu_rand_check_range(b, op, std, 0.0, INFINITY, "normal expects all elements of std >= 0.0");
   tpu_rng_t g = tpu_rng_open(b, op);
   tpu_val_t z = tpu_rng_normal(b, &g, ct, &cshape);
   z = tpu_b_binary(b, "stablehlo.add", mean, tpu_b_binary(b, "stablehlo.multiply", std, z));
@@ -461,6 +473,9 @@ static tpu_status_t* tpu_lower_bernoulli(tpu_builder_t* b, tpu_op_t* op, int max
     if (st) return st;
     p = tpu_op_tensor(b, op, p_arg);
     if (tpu_b_dtype(b, p) != TPU_F64) p = tpu_b_convert(b, p, TPU_F32);
+    tpu_rand_check_range(b, op, p, 0.0, 1.0,
+                         "Expected p_in >= 0 && p_in <= 1 to be true, but got false.  (Could this error message be "
+                         "improved?  If so, please report an enhancement request to PyTorch.)");
   }
   tpu_rng_t g = tpu_rng_open(b, op);
   return tpu_ops_result1(tpu_b_convert(b, tpu_rand_coin(b, &g, p, &shape), shape.dtype), outs, nouts);
@@ -691,11 +706,6 @@ static tpu_val_t tpu_rand_multinomial_race(tpu_builder_t* b, tpu_rng_t* g, tpu_v
   return tpu_b_slice(b, idx, lo, hi, NULL);
 }
 
-/* Any element of the 2-d bool m true (a 0-d bool). */
-static tpu_val_t tpu_rand_any2(tpu_builder_t* b, tpu_val_t m) {
-  int64_t dims[2] = {0, 1};
-  return tpu_b_reduce(b, m, tpu_b_const_i(b, TPU_BOOL, 0), 2, dims, "stablehlo.or");
-}
 
 /* ATen's checks of the distributions probs [r, k], in its order and with its
  * messages (its kernel for several samples with replacement has its own), as
@@ -705,12 +715,12 @@ static void tpu_rand_multinomial_check(tpu_builder_t* b, tpu_op_t* op, tpu_val_t
   tpu_val_t negative = tpu_b_unary(b, "stablehlo.not", tpu_b_compare(b, "GE", probs, tpu_rand_fill(b, probs, 0.0)));
   tpu_val_t infinite = tpu_b_compare(b, "EQ", probs, tpu_rand_fill(b, probs, INFINITY)); /* NaN is "negative" */
   if (several_replaced) {
-    tpu_op_check(b, op, tpu_rand_any2(b, negative), TPU_NOVAL, TPU_INVALID_ARGUMENT, "%s",
+    tpu_op_check(b, op, tpu_mx_any(b, negative), TPU_NOVAL, TPU_INVALID_ARGUMENT, "%s",
                  "invalid multinomial distribution (encountering probability entry < 0)");
-    tpu_op_check(b, op, tpu_rand_any2(b, infinite), TPU_NOVAL, TPU_INVALID_ARGUMENT, "%s",
+    tpu_op_check(b, op, tpu_mx_any(b, infinite), TPU_NOVAL, TPU_INVALID_ARGUMENT, "%s",
                  "invalid multinomial distribution (encountering probability entry = infinity or NaN)");
   } else {
-    tpu_op_check(b, op, tpu_rand_any2(b, tpu_b_binary(b, "stablehlo.or", negative, infinite)), TPU_NOVAL,
+    tpu_op_check(b, op, tpu_mx_any(b, tpu_b_binary(b, "stablehlo.or", negative, infinite)), TPU_NOVAL,
                  TPU_INVALID_ARGUMENT, "%s", "probability tensor contains either `inf`, `nan` or element < 0");
   }
   tpu_aval_t pa = *tpu_b_aval(b, probs);
@@ -718,7 +728,7 @@ static void tpu_rand_multinomial_check(tpu_builder_t* b, tpu_op_t* op, tpu_val_t
   tpu_val_t sums = tpu_b_reduce(b, probs, tpu_b_const(b, pa.dtype, 0.0), 1, &last, "stablehlo.add");
   tpu_val_t empty = tpu_b_reshape(b, tpu_b_compare(b, "LE", sums, tpu_rand_fill(b, sums, 0.0)), 2,
                                   (int64_t[]){pa.dims[0], 1});
-  tpu_op_check(b, op, tpu_rand_any2(b, empty), TPU_NOVAL, TPU_INVALID_ARGUMENT, "%s",
+  tpu_op_check(b, op, tpu_mx_any(b, empty), TPU_NOVAL, TPU_INVALID_ARGUMENT, "%s",
                "invalid multinomial distribution (sum of probabilities <= 0)");
 }
 
