@@ -377,6 +377,20 @@ def test_cpu_tensor_mixing_error():
         torch.add(c, t)
 
 
+def test_memory_torchtpu_did_not_allocate_raises():
+    # A DLPack round trip of a tpu tensor gives a tpu tensor whose storage is not one
+    # of ours (its context is DLPack's): reading it raises, it never crashes the process.
+    x = torch.arange(4.0).to("tpu")
+    y = torch.from_dlpack(torch.utils.dlpack.to_dlpack(x))
+    assert y.device.type == "tpu"
+    for use in (lambda: y.cpu(), lambda: y + 1, lambda: repr(y), lambda: y.clone()):
+        with pytest.raises(RuntimeError, match="not allocated by torchtpu"):
+            use()
+    with pytest.raises(ValueError, match="Unknown device type tpu for Dlpack"):  # torch's own answer
+        x.__dlpack_device__()
+    assert x.cpu().tolist() == [0.0, 1.0, 2.0, 3.0]  # the original is untouched
+
+
 def test_two_devices_error():
     r = _run_subprocess(
         """

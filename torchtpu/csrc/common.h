@@ -89,10 +89,17 @@ inline c10::ScalarType scalar_type_of(tpu_dtype_t d) {
   TORCH_CHECK(false, "tpu: runtime returned an invalid dtype ", static_cast<int>(d));
 }
 
+// The deleter of every DataPtr our allocator makes (its context is the storage).
+void release_storage(void* ctx);
+// storage_of's slow path: NULL for an empty DataPtr; raises for memory that
+// torchtpu did not allocate (whose context is not a tpu storage).
+tpu_storage_t* foreign_storage(const c10::DataPtr& p);
 // The tpu storage behind a tensor's storage (borrowed). NULL for a storage
-// without a device buffer (never produced by our allocator).
+// without memory (never produced by our allocator).
 inline tpu_storage_t* storage_of(const c10::Storage& storage) {
-  return static_cast<tpu_storage_t*>(storage.data_ptr().get_context());
+  const c10::DataPtr& p = storage.data_ptr();
+  if (C10_UNLIKELY(p.get_deleter() != &release_storage)) return foreign_storage(p);
+  return static_cast<tpu_storage_t*>(p.get_context());
 }
 inline tpu_storage_t* storage_of(const at::TensorBase& t) {
   return storage_of(t.storage());

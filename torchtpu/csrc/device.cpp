@@ -80,9 +80,17 @@ void set_current_device(c10::DeviceIndex index) {
 
 // ------------------------------------------------------------ allocator ----
 
-namespace {
-
 void release_storage(void* ctx) { tpu_storage_release(static_cast<tpu_storage_t*>(ctx)); }
+
+tpu_storage_t* foreign_storage(const c10::DataPtr& p) {
+  if (p.get() == nullptr && p.get_context() == nullptr) return nullptr;  // no memory yet
+  TORCH_CHECK(false, "tpu: this tensor's memory was not allocated by torchtpu (a DLPack import of a tpu "
+                     "tensor, or a storage made from a pointer): its contents cannot be read on the tpu device; "
+                     "copy the original tensor instead (tensor.clone() or .to(\"tpu\"))");
+  return nullptr;
+}
+
+namespace {
 
 // A DeviceAllocator, so torch.accelerator's memory functions (and torch.tpu's
 // over them) read the runtime's per-device accounting (torchtpu/memory.h).

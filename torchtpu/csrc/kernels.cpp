@@ -303,8 +303,7 @@ void tpu_record_stream(at::Tensor& self, c10::Stream stream) {
   TORCH_CHECK(stream.device_type() == kTpu, "record_stream: expected a tpu stream, got ", stream);
   TORCH_CHECK(stream.device_index() == self.device().index(), "record_stream: the stream is on ",
               stream.device(), ", the tensor on ", self.device());
-  TORCH_CHECK(self.storage().data_ptr().get_context() != nullptr,
-              "record_stream: the tensor has no tpu storage");
+  TORCH_CHECK(storage_of(self) != nullptr, "record_stream: the tensor has no tpu storage");
 }
 
 }  // namespace
