@@ -114,13 +114,12 @@ static tpu_val_t tpu_la_cholesky_info(tpu_builder_t* b, tpu_val_t x, tpu_val_t l
   tpu_aval_t m = *tpu_b_aval(b, l);
   int r = m.rank;
   int64_t n = m.dims[r - 1];
-  tpu_val_t lr = tpu_dtype_is_complex(m.dtype) ? tpu_ops_part(b, l, false) : l;
-  tpu_val_t li = tpu_dtype_is_complex(m.dtype) ? tpu_ops_part(b, l, true) : l;
+  const bool cplx = tpu_dtype_is_complex(m.dtype);
+  tpu_val_t lr = cplx ? tpu_ops_part(b, l, false) : l;
   tpu_aval_t ra = *tpu_b_aval(b, lr);
-  /* good entries: finite (x - x is 0 exactly then); a good diagonal is > 0 */
-  tpu_val_t finite = tpu_b_binary(b, "stablehlo.and",
-                                  tpu_b_compare(b, "EQ", tpu_nn_sub(b, lr, lr), tpu_b_full(b, &ra, 0.0)),
-                                  tpu_b_compare(b, "EQ", tpu_nn_sub(b, li, li), tpu_b_full(b, &ra, 0.0)));
+  /* good entries are finite; a good diagonal is > 0 */
+  tpu_val_t finite = tpu_b_unary(b, "stablehlo.is_finite", lr);
+  if (cplx) finite = tpu_b_binary(b, "stablehlo.and", finite, tpu_b_unary(b, "stablehlo.is_finite", tpu_ops_part(b, l, true)));
   tpu_aval_t ia = tpu_mx_retype(&ra, TPU_I32);
   tpu_val_t diag = tpu_b_compare(b, "EQ", tpu_b_iota(b, &ia, r - 2), tpu_b_iota(b, &ia, r - 1));
   tpu_val_t pos = tpu_b_compare(b, "GT", lr, tpu_b_full(b, &ra, 0.0));

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "index.h"
 #include "nn.h"
 
 #define TPU_POOL_MAX_SP 3
@@ -621,12 +622,13 @@ static void tpu_unpool_check(tpu_builder_t* b, tpu_op_t* op, tpu_val_t idx, int6
   if (!tpu_b_ok(b) || tpu_aval_numel(&a) == 0) return;
   int64_t dims[TPU_MAX_RANK];
   for (int i = 0; i < a.rank; ++i) dims[i] = i;
-  tpu_val_t outside = tpu_b_binary(b, "stablehlo.or", tpu_b_compare(b, "LT", idx, tpu_b_full(b, &a, 0.0)),
-                                   tpu_b_compare(b, "GE", idx, tpu_b_full(b, &a, (double)plane)));
-  tpu_val_t bad = tpu_b_reduce(b, outside, tpu_b_const_i(b, TPU_BOOL, 0), a.rank, dims, "stablehlo.or");
+  /* the largest index outside [0, plane), INT64_MIN when there is none */
   tpu_val_t low = tpu_b_const_i(b, TPU_I64, INT64_MIN);
-  tpu_val_t only_bad = tpu_b_select(b, outside, idx, tpu_b_broadcast_in_dim(b, low, a.rank, a.dims, NULL));
+  tpu_val_t inside = tpu_b_binary(b, "stablehlo.and", tpu_b_compare(b, "GE", idx, tpu_b_full(b, &a, 0.0)),
+                                  tpu_b_compare(b, "LT", idx, tpu_b_full(b, &a, (double)plane)));
+  tpu_val_t only_bad = tpu_b_select(b, inside, tpu_b_broadcast_in_dim(b, low, a.rank, a.dims, NULL), idx);
   tpu_val_t value = tpu_b_reduce(b, only_bad, low, a.rank, dims, "stablehlo.maximum");
+  tpu_val_t bad = tpu_idx_out_of_range(b, idx, plane);
   if (nsp == 2)
     tpu_op_check(b, op, bad, value, TPU_INVALID_ARGUMENT,
                  "Found an invalid max index: {} (output volumes are of size %" PRId64 "x%" PRId64 ")", osz[0], osz[1]);

@@ -712,16 +712,16 @@ static tpu_val_t tpu_rand_multinomial_race(tpu_builder_t* b, tpu_rng_t* g, tpu_v
  * device-side checks (check.h): CPU and CUDA refuse them, the samples would be
  * meaningless. */
 static void tpu_rand_multinomial_check(tpu_builder_t* b, tpu_op_t* op, tpu_val_t probs, bool several_replaced) {
-  tpu_val_t negative = tpu_b_unary(b, "stablehlo.not", tpu_b_compare(b, "GE", probs, tpu_rand_fill(b, probs, 0.0)));
-  tpu_val_t infinite = tpu_b_compare(b, "EQ", probs, tpu_rand_fill(b, probs, INFINITY)); /* NaN is "negative" */
+  tpu_val_t negative = tpu_mx_any_outside(b, probs, 0.0, INFINITY); /* NaN is "negative" */
+  tpu_val_t infinite = tpu_mx_any(b, tpu_b_compare(b, "EQ", probs, tpu_rand_fill(b, probs, INFINITY)));
   if (several_replaced) {
-    tpu_op_check(b, op, tpu_mx_any(b, negative), TPU_NOVAL, TPU_INVALID_ARGUMENT, "%s",
+    tpu_op_check(b, op, negative, TPU_NOVAL, TPU_INVALID_ARGUMENT, "%s",
                  "invalid multinomial distribution (encountering probability entry < 0)");
-    tpu_op_check(b, op, tpu_mx_any(b, infinite), TPU_NOVAL, TPU_INVALID_ARGUMENT, "%s",
+    tpu_op_check(b, op, infinite, TPU_NOVAL, TPU_INVALID_ARGUMENT, "%s",
                  "invalid multinomial distribution (encountering probability entry = infinity or NaN)");
   } else {
-    tpu_op_check(b, op, tpu_mx_any(b, tpu_b_binary(b, "stablehlo.or", negative, infinite)), TPU_NOVAL,
-                 TPU_INVALID_ARGUMENT, "%s", "probability tensor contains either `inf`, `nan` or element < 0");
+    tpu_op_check(b, op, tpu_b_binary(b, "stablehlo.or", negative, infinite), TPU_NOVAL, TPU_INVALID_ARGUMENT, "%s",
+                 "probability tensor contains either `inf`, `nan` or element < 0");
   }
   tpu_aval_t pa = *tpu_b_aval(b, probs);
   int64_t last = 1;
