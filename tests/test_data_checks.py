@@ -1,9 +1,11 @@
 """Inputs that only their data shows to be invalid raise PyTorch CPU's error instead of
 returning a meaningless result: a distribution that is not one, a probability outside
 [0, 1] (a missing sigmoid before binary_cross_entropy), a negative std, a histogram range
-that is not finite, a singular Cholesky factor. Each is a device-side check
-(runtime/src/check.h): strict mode raises at the next synchronisation with no host sync
-per op, debug mode at the op. Out-of-range indices: test_index_checks.py."""
+that is not finite, a singular Cholesky factor, a singular matrix under
+check_errors=True, NaN in svd's or eigh's input. Each is a device-side check
+(runtime/src/check.h) raising CPU's class (torch.linalg.LinAlgError where CPU raises
+it): strict mode at the next synchronisation with no host sync per op, debug mode at
+the op. Out-of-range indices: test_index_checks.py."""
 import warnings
 
 import pytest
@@ -13,6 +15,9 @@ import torch.nn.functional as F
 import torchtpu
 
 t = torch.tensor
+
+NAN = float("nan")
+SINGULAR = t([[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [1.0, 0.0, 1.0]])  # U[3,3] is zero
 
 # name -> fn(device): a call CPU refuses for its data
 CASES = {
@@ -36,24 +41,36 @@ CASES = {
     "histc_inf_data": lambda d: t([1.0, float("inf")], device=d).histc(3),
     "histc_nan_data": lambda d: t([1.0, float("nan")], device=d).histc(3),
     "cholesky_inverse_zero_pivot": lambda d: torch.cholesky_inverse(t([[1.0, 0.0], [1.0, 0.0]], device=d)),
+    # check_errors=True: what the default (False) returns as `info`, raised
+    "cholesky_ex_not_positive_definite": lambda d: torch.linalg.cholesky_ex(-torch.eye(3, device=d), check_errors=True)[0],
+    "inv_ex_singular": lambda d: torch.linalg.inv_ex(SINGULAR.to(d), check_errors=True)[0],
+    "solve_ex_singular": lambda d: torch.linalg.solve_ex(SINGULAR.to(d), torch.ones(3, device=d), check_errors=True)[0],
+    "lu_factor_ex_singular": lambda d: torch.linalg.lu_factor_ex(SINGULAR.to(d), check_errors=True)[0],
+    "svd_nan": lambda d: torch.linalg.svd(t([[1.0, float("nan")], [0.0, 1.0]], device=d))[0],
+    "eigh_nan": lambda d: torch.linalg.eigvalsh(t([[2.0, NAN, 0.0], [NAN, 2.0, 1.0], [0.0, 1.0, 2.0]], device=d)),
 }
 
 # The CPU text these cases do not match exactly: ATen's histc names the two bounds
 # ("range of [1, inf]"), a check reports one integer; a batch's cholesky_inverse has no
-# "(Batch element i)".
-PREFIX_ONLY = {"histc_inf_data": "torch.histc: range of [", "histc_nan_data": "torch.histc: range of ["}
+# "(Batch element i)"; LAPACK's eigh runs on non-finite input and fails to converge
+# ("... is ill-conditioned or has too many repeated eigenvalues (error code: 1)"), or
+# for some inputs returns NaNs or even finite values, where the device always refuses
+# the input first ("... contained non-finite values").
+PREFIX_ONLY = {"histc_inf_data": "torch.histc: range of [", "histc_nan_data": "torch.histc: range of [",
+               "eigh_nan": "linalg.eigh: The algorithm failed to converge because the input matrix "}
 
 
 def _cpu_error(fn):
     with pytest.raises(RuntimeError) as info:
         fn("cpu")
-    return str(info.value)
+    return info.value
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_raises_cpus_error(name):
     fn = CASES[name]
-    expected = PREFIX_ONLY.get(name) or _cpu_error(fn)
+    cpu_error = _cpu_error(fn)
+    expected = PREFIX_ONLY.get(name) or str(cpu_error)
     debug = torchtpu.get_eager_mode() == "debug"
     before = torchtpu.metrics()
     with pytest.raises(RuntimeError) as info:
@@ -62,6 +79,8 @@ def test_raises_cpus_error(name):
             assert torchtpu.metrics()["syncs"] == before["syncs"]
         y.cpu()
     assert expected in str(info.value), str(info.value)
+    # CPU's class: torch.linalg.LinAlgError where CPU raises it (`except LinAlgError` works)
+    assert type(info.value) is type(cpu_error), (type(info.value), type(cpu_error))
     assert "aten::" in str(info.value)  # names the op
     torchtpu.synchronize()  # reported once; the device keeps working
 

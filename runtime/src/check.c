@@ -89,17 +89,20 @@ static void tpu_check_lookup(int64_t id, tpu_status_code_t* code, char* op, size
   pthread_mutex_unlock(&g_msg_mu);
 }
 
-/* The status for word {id, value}: "{}" becomes the value. `at_op`: the op
+/* The status for word {id, value}: each "{}" becomes the value. `at_op`: the op
  * whose own check failed in debug mode (the binding already names it). */
 static tpu_status_t* tpu_check_status(int64_t id, int64_t value, const char* at_op) {
   tpu_status_code_t code;
   char op[128], text[TPU_CHECK_TEXT_MAX], msg[TPU_CHECK_TEXT_MAX + 64];
   tpu_check_lookup(id, &code, op, sizeof op, text, sizeof text);
-  const char* hole = strstr(text, "{}");
-  if (hole) {
-    snprintf(msg, sizeof msg, "%.*s%" PRId64 "%s", (int)(hole - text), text, value, hole + 2);
-  } else {
-    snprintf(msg, sizeof msg, "%s", text);
+  size_t len = 0;
+  msg[0] = '\0';
+  for (const char* p = text; len < sizeof msg;) {
+    const char* hole = strstr(p, "{}");
+    len += (size_t)snprintf(msg + len, sizeof msg - len, "%.*s", hole ? (int)(hole - p) : (int)strlen(p), p);
+    if (!hole || len >= sizeof msg) break;
+    len += (size_t)snprintf(msg + len, sizeof msg - len, "%" PRId64, value);
+    p = hole + 2;
   }
   if (at_op && op[0] && strcmp(at_op, op) == 0) return TPU_STATUS(code, "%s", msg);
   return TPU_STATUS(code,

@@ -1,6 +1,7 @@
 /* Status objects: one heap block holding code, location and message. */
 #include "torchtpu/status.h"
 
+#include <assert.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,8 +106,9 @@ const char* tpu_status_code_name(tpu_status_code_t code) {
       "DEADLINE_EXCEEDED", "NOT_FOUND",  "ALREADY_EXISTS",    "PERMISSION_DENIED",
       "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
       "UNIMPLEMENTED", "INTERNAL",       "UNAVAILABLE",       "DATA_LOSS",
-      "UNAUTHENTICATED",
+      "UNAUTHENTICATED", "LINALG_ERROR",
   };
+  static_assert(sizeof names / sizeof names[0] == TPU_LINALG_ERROR + 1, "a name for every status code");
   if ((int)code < 0 || (size_t)code >= sizeof names / sizeof names[0]) return "UNKNOWN_CODE";
   return names[code];
 }

@@ -63,6 +63,8 @@ TEST(status_make_annotate_free) {
   EXPECT_EQ_INT(tpu_status_code(NULL), TPU_OK);
   EXPECT_STREQ(tpu_status_code_name(TPU_INVALID_ARGUMENT), "INVALID_ARGUMENT");
   EXPECT_STREQ(tpu_status_code_name(TPU_UNAUTHENTICATED), "UNAUTHENTICATED");
+  EXPECT_STREQ(tpu_status_code_name(TPU_LINALG_ERROR), "LINALG_ERROR");
+  EXPECT_STREQ(tpu_status_code_name((tpu_status_code_t)(TPU_LINALG_ERROR + 1)), "UNKNOWN_CODE");
   /* A message longer than the formatting fast path. */
   char big[1000];
   memset(big, 'x', sizeof big - 1);

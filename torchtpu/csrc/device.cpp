@@ -51,6 +51,9 @@ std::string shape_str(c10::IntArrayRef sizes) {
     case TPU_RESOURCE_EXHAUSTED:
       TORCH_CHECK_WITH(OutOfMemoryError, false, what, ": out of tpu memory: ", msg);
       break;
+    case TPU_LINALG_ERROR:
+      TORCH_CHECK_LINALG(false, what, ": ", msg);
+      break;
     default:
       break;
   }

@@ -522,11 +522,15 @@ void run_boxed_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack)
 //   out= detour only cost time, and so did boxing.)
 // - addr: its composite rounds after each of its four ops in bf16/f16; the
 //   lowering rounds once (and checks the Scalars as ATen's kernel).
+// - _linalg_solve_ex (torch.linalg.solve): its structured composite fails an
+//   internal assert for a right-hand side on the CPU; the fallback gives
+//   PyTorch's "Expected all tensors to be on the same device".
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   for (const char* op : {"convolution_overrideable", "convolution_backward_overrideable", "native_layer_norm",
                          "native_group_norm", "_native_batch_norm_legit_no_training",
                          "_native_batch_norm_legit_functional", "_batch_norm_with_update_functional",
-                         "_batch_norm_no_update", "binary_cross_entropy_with_logits", "addr", "addr_"})
+                         "_batch_norm_no_update", "binary_cross_entropy_with_logits", "addr", "addr_",
+                         "_linalg_solve_ex"})
     m.impl(op, torch::CppFunction::makeFromBoxedFunction<&tpu_fallback>());
 }
 

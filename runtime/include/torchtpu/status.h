@@ -15,7 +15,9 @@
 extern "C" {
 #endif
 
-/* Same numbering as abseil / PJRT error codes so PJRT errors map 1:1. */
+/* 0 to 16: the numbering of abseil / PJRT error codes, so PJRT errors map 1:1.
+ * Codes after TPU_UNAUTHENTICATED are torchtpu's own (a plugin's error never
+ * has one); append only. */
 typedef enum tpu_status_code {
   TPU_OK = 0,
   TPU_CANCELLED = 1,
@@ -34,6 +36,9 @@ typedef enum tpu_status_code {
   TPU_UNAVAILABLE = 14,
   TPU_DATA_LOSS = 15,
   TPU_UNAUTHENTICATED = 16,
+  /* A linear algebra routine failed on its input's values (singular, not
+   * positive definite, no convergence): PyTorch's torch.linalg.LinAlgError. */
+  TPU_LINALG_ERROR = 17,
 } tpu_status_code_t;
 
 typedef struct tpu_status tpu_status_t;

@@ -429,7 +429,7 @@ static void tpu_eig_schur(tpu_builder_t* b, tpu_op_t* op, const tpu_eig_ctx_t* c
   tpu_val_t failed = tpu_b_reduce(b, tpu_mx_column(b, S, 3), tpu_b_const_i(b, TPU_I32, 0), 1, &last,
                                   "stablehlo.maximum");
   tpu_op_check(b, op, tpu_eig_cmp(b, "GT", failed, tpu_b_const_i(b, TPU_I32, 0)), tpu_b_convert(b, failed, TPU_I64),
-               TPU_INVALID_ARGUMENT,
+               TPU_LINALG_ERROR,
                "torch.linalg.eig: The algorithm failed to converge because the input matrix is ill-conditioned or "
                "has too many repeated eigenvalues (error code: {}).");
 }

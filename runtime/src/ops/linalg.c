@@ -155,30 +155,6 @@ static tpu_val_t tpu_la_cholesky(tpu_builder_t* b, tpu_op_t* op, bool upper, tpu
   api ": The factorization could not be completed because the input is not positive-definite (the leading " \
       "minor of order {} is not positive-definite)."
 
-/* A nonzero LAPACK-style info (batch...) i32 as a device-side check (check.h):
- * the next sync fails with ATen's message, as a RuntimeError (ATen's LinAlgError
- * is one), "{}" the first failing matrix's info (check_errors, the old
- * torch.cholesky, cholesky_inverse). */
-static void tpu_la_check_info(tpu_builder_t* b, tpu_op_t* op, tpu_val_t info, const char* message) {
-  int rank = tpu_b_rank(b, info);
-  tpu_val_t order = info;
-  if (rank > 0) { /* the first nonzero info: the largest of (nonzero) - position */
-    tpu_aval_t ia = *tpu_b_aval(b, info);
-    tpu_val_t flat = tpu_b_reshape(b, info, 1, (int64_t[]){tpu_aval_numel(&ia)});
-    tpu_aval_t fa = *tpu_b_aval(b, flat);
-    tpu_val_t pos = tpu_b_iota(b, &fa, 0);
-    tpu_val_t key = tpu_b_select(b, tpu_b_compare(b, "NE", flat, tpu_b_full(b, &fa, 0.0)),
-                                 tpu_nn_sub(b, tpu_b_full(b, &fa, (double)fa.dims[0]), pos), tpu_b_full(b, &fa, 0.0));
-    int64_t d0 = 0;
-    tpu_val_t best = tpu_b_reduce(b, key, tpu_b_const_i(b, TPU_I32, 0), 1, &d0, "stablehlo.maximum");
-    tpu_val_t hit = tpu_b_compare(b, "EQ", key, tpu_b_broadcast_in_dim(b, best, 1, fa.dims, NULL));
-    order = tpu_b_reduce(b, tpu_b_select(b, hit, flat, tpu_b_full(b, &fa, 0.0)), tpu_b_const_i(b, TPU_I32, 0), 1,
-                         &d0, "stablehlo.maximum");
-  }
-  tpu_val_t bad = tpu_b_compare(b, "NE", order, tpu_b_const_i(b, TPU_I32, 0));
-  tpu_op_check(b, op, bad, tpu_b_convert(b, order, TPU_I64), TPU_INVALID_ARGUMENT, "%s", message);
-}
-
 /* linalg_cholesky_ex(self, *, upper=False, check_errors=False) -> (L, info).
  * A matrix that is not positive definite gives NaNs in L (XLA leaves them
  * unspecified) and LAPACK's info. */
@@ -187,7 +163,7 @@ static tpu_status_t* tpu_lower_linalg_cholesky_ex(tpu_builder_t* b, tpu_op_t* op
   (void)max_outs;
   if (!tpu_la_check(b, op, 0, true, "linalg.cholesky")) return NULL;
   outs[0] = tpu_la_cholesky(b, op, tpu_op_bool(op, 1, false), &outs[1]);
-  if (tpu_op_bool(op, 2, false)) tpu_la_check_info(b, op, outs[1], TPU_LA_NOT_PD("linalg.cholesky_ex"));
+  if (tpu_op_bool(op, 2, false)) tpu_mx_check_info(b, op, outs[1], TPU_LINALG_ERROR, TPU_LA_NOT_PD("linalg.cholesky_ex"));
   *nouts = 2;
   return NULL;
 }
@@ -198,7 +174,7 @@ static tpu_status_t* tpu_lower_cholesky(tpu_builder_t* b, tpu_op_t* op, int max_
   if (!tpu_la_check(b, op, 0, true, "cholesky")) return NULL;
   tpu_val_t info = TPU_NOVAL;
   tpu_val_t l = tpu_la_cholesky(b, op, tpu_op_bool(op, 1, false), &info);
-  tpu_la_check_info(b, op, info, TPU_LA_NOT_PD("cholesky"));
+  tpu_mx_check_info(b, op, info, TPU_LINALG_ERROR, TPU_LA_NOT_PD("cholesky"));
   return tpu_ops_result1(l, outs, nouts);
 }
 
@@ -290,7 +266,7 @@ static tpu_status_t* tpu_lower_cholesky_inverse(tpu_builder_t* b, tpu_op_t* op, 
     tpu_val_t first = tpu_b_reduce(b, at, tpu_b_const_i(b, TPU_I32, n + 1), 2, last2, "stablehlo.minimum");
     tpu_aval_t fa = *tpu_b_aval(b, first);
     tpu_val_t info = tpu_b_select(b, tpu_b_compare(b, "GT", first, tpu_b_full(b, &fa, (double)n)), tpu_b_full(b, &fa, 0.0), first);
-    tpu_la_check_info(b, op, info,
+    tpu_mx_check_info(b, op, info, TPU_LINALG_ERROR,
                       "cholesky_inverse: The diagonal element {} is zero, the inversion could not be completed because "
                       "the input matrix is singular.");
   }

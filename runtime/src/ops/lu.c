@@ -231,6 +231,11 @@ static tpu_status_t* tpu_lower_linalg_lu_factor_ex(tpu_builder_t* b, tpu_op_t* o
   outs[0] = f.LU;
   outs[1] = f.pivots;
   outs[2] = tpu_lu_info(b, f.LU);
+  if (tpu_op_bool(op, 2, false)) /* ATen's TORCH_CHECK: a RuntimeError, not a LinAlgError */
+    tpu_mx_check_info(b, op, outs[2], TPU_INVALID_ARGUMENT,
+                      "torch.linalg.lu_factor_ex: U[{},{}] is zero and using it on lu_solve would result in a division "
+                      "by zero. If you still want to perform the factorization, consider calling linalg.lu(A, pivot) "
+                      "or linalg.lu_factor_ex(A, pivot)");
   *nouts = 3;
   return NULL;
 }
@@ -248,6 +253,10 @@ static tpu_status_t* tpu_lower_linalg_inv_ex(tpu_builder_t* b, tpu_op_t* op, int
   tpu_lu_t f = tpu_lu_factor(b, A);
   outs[0] = tpu_lu_solve(b, f.LU, f.perm, eye, true, false);
   outs[1] = tpu_lu_info(b, f.LU);
+  if (tpu_op_bool(op, 1, false))
+    tpu_mx_check_info(b, op, outs[1], TPU_LINALG_ERROR,
+                      "linalg.inv_ex: The diagonal element {} is zero, the inversion could not be completed because the "
+                      "input matrix is singular.");
   *nouts = 2;
   return NULL;
 }
@@ -328,6 +337,9 @@ static tpu_status_t* tpu_lower__linalg_solve_ex(tpu_builder_t* b, tpu_op_t* op, 
   outs[1] = f.LU;
   outs[2] = f.pivots;
   outs[3] = tpu_lu_info(b, f.LU);
+  if (tpu_op_bool(op, 3, false))
+    tpu_mx_check_info(b, op, outs[3], TPU_LINALG_ERROR,
+                      "torch.linalg.solve_ex: The solver failed because the input matrix is singular.");
   *nouts = 4;
   return NULL;
 }

@@ -188,8 +188,27 @@ tpu_val_t tpu_mx_all_finite(tpu_builder_t* b, tpu_val_t A) {
 }
 
 void tpu_mx_check_finite(tpu_builder_t* b, tpu_op_t* op, tpu_val_t A, const char* api) {
-  tpu_op_check(b, op, tpu_b_unary(b, "stablehlo.not", tpu_mx_all_finite(b, A)), TPU_NOVAL, TPU_INVALID_ARGUMENT,
+  tpu_op_check(b, op, tpu_b_unary(b, "stablehlo.not", tpu_mx_all_finite(b, A)), TPU_NOVAL, TPU_LINALG_ERROR,
                "%s: The algorithm failed to converge because the input matrix contained non-finite values.", api);
+}
+
+void tpu_mx_check_info(tpu_builder_t* b, tpu_op_t* op, tpu_val_t info, tpu_status_code_t code, const char* message) {
+  tpu_val_t order = info;
+  if (tpu_b_rank(b, info) > 0) { /* the first nonzero info: the largest of (nonzero) - position */
+    tpu_aval_t ia = *tpu_b_aval(b, info);
+    tpu_val_t flat = tpu_b_reshape(b, info, 1, (int64_t[]){tpu_aval_numel(&ia)});
+    tpu_aval_t fa = *tpu_b_aval(b, flat);
+    tpu_val_t from_end = tpu_b_binary(b, "stablehlo.subtract", tpu_b_full(b, &fa, (double)fa.dims[0]), tpu_b_iota(b, &fa, 0));
+    tpu_val_t key = tpu_b_select(b, tpu_b_compare(b, "NE", flat, tpu_b_full(b, &fa, 0.0)), from_end,
+                                 tpu_b_full(b, &fa, 0.0));
+    int64_t d0 = 0;
+    tpu_val_t best = tpu_b_reduce(b, key, tpu_b_const_i(b, TPU_I32, 0), 1, &d0, "stablehlo.maximum");
+    tpu_val_t hit = tpu_b_compare(b, "EQ", key, tpu_b_broadcast_in_dim(b, best, 1, fa.dims, NULL));
+    order = tpu_b_reduce(b, tpu_b_select(b, hit, flat, tpu_b_full(b, &fa, 0.0)), tpu_b_const_i(b, TPU_I32, 0), 1,
+                         &d0, "stablehlo.maximum");
+  }
+  tpu_val_t bad = tpu_b_compare(b, "NE", order, tpu_b_const_i(b, TPU_I32, 0));
+  tpu_op_check(b, op, bad, tpu_b_convert(b, order, TPU_I64), code, "%s", message);
 }
 
 tpu_val_t tpu_mx_pad1(tpu_builder_t* b, tpu_val_t x, bool corner_one) {

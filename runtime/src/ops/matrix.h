@@ -74,9 +74,13 @@ bool tpu_mx_check_input(tpu_builder_t* b, const tpu_aval_t* a, const char* api, 
 tpu_val_t tpu_mx_all_finite(tpu_builder_t* b, tpu_val_t A);
 /* LAPACK refuses non-finite input, and so does ATen: a device-side check of op
  * that fails the next sync with "<api>: The algorithm failed to converge
- * because the input matrix contained non-finite values." when A has a NaN or
- * an infinity. */
+ * because the input matrix contained non-finite values." (LinAlgError) when A
+ * has a NaN or an infinity. */
 void tpu_mx_check_finite(tpu_builder_t* b, tpu_op_t* op, tpu_val_t A, const char* api);
+/* A nonzero LAPACK-style info (batch...) i32 as a device-side check of op (what
+ * ATen's check_errors=True does with it): the next sync fails with `code` and
+ * `message`, each "{}" in it the first failing matrix's info. */
+void tpu_mx_check_info(tpu_builder_t* b, tpu_op_t* op, tpu_val_t info, tpu_status_code_t code, const char* message);
 /* |x| for real x, |re| + |im| (LAPACK's cabs1, izamax's pivot size) for complex x. */
 tpu_val_t tpu_mx_cabs1(tpu_builder_t* b, tpu_val_t x);
 /* The unit roundoff eps of a linalg dtype (f32 or f64). */
