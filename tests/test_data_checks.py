@@ -1,11 +1,11 @@
 """Inputs that only their data shows to be invalid raise PyTorch CPU's error instead of
 returning a meaningless result: a distribution that is not one, a probability outside
 [0, 1] (a missing sigmoid before binary_cross_entropy), a negative std, a histogram range
-that is not finite, a singular Cholesky factor, a singular matrix under
-check_errors=True, NaN in svd's or eigh's input. Each is a device-side check
-(runtime/src/check.h) raising CPU's class (torch.linalg.LinAlgError where CPU raises
-it): strict mode at the next synchronisation with no host sync per op, debug mode at
-the op. Out-of-range indices: test_index_checks.py."""
+that is not finite, a masked_scatter source shorter than the mask's true positions, a
+singular Cholesky factor, a singular matrix under check_errors=True, NaN in svd's or
+eigh's input. Each is a device-side check (runtime/src/check.h) raising CPU's class
+(torch.linalg.LinAlgError where CPU raises it): strict mode at the next synchronisation
+with no host sync per op, debug mode at the op. Out-of-range indices: test_index_checks.py."""
 import warnings
 
 import pytest
@@ -40,6 +40,10 @@ CASES = {
     "histc_max_below_min": lambda d: torch.arange(5.0, device=d).histc(3, min=2, max=1),
     "histc_inf_data": lambda d: t([1.0, float("inf")], device=d).histc(3),
     "histc_nan_data": lambda d: t([1.0, float("nan")], device=d).histc(3),
+    "masked_scatter_short_source": lambda d: torch.zeros(3, device=d).masked_scatter_(t([True, False, True], device=d),
+                                                                                     t([1.0], device=d)),
+    "masked_scatter_empty_source": lambda d: torch.zeros(2, 2, device=d).masked_scatter(t([False, True], device=d),
+                                                                                       torch.zeros(0, device=d)),
     "cholesky_inverse_zero_pivot": lambda d: torch.cholesky_inverse(t([[1.0, 0.0], [1.0, 0.0]], device=d)),
     # check_errors=True: what the default (False) returns as `info`, raised
     "cholesky_ex_not_positive_definite": lambda d: torch.linalg.cholesky_ex(-torch.eye(3, device=d), check_errors=True)[0],

@@ -60,6 +60,8 @@ CASES = {
     "scatter_reduce_": (lambda x, i, s: x.clone().scatter_reduce_(0, i, s, "amax"),
                         lambda: (X(), i64(3, 0, 0, 0).view(1, 4), torch.ones(1, 4))),
     "index_add_": (lambda x, i, s: x.clone().index_add_(0, i, s), lambda: (X(), i64(2, 3), torch.ones(2, 4))),
+    # (a vector: CPU's other kernel raises the IndexError "index out of range in self")
+    "index_add_vector": (lambda x, i, s: x.clone().index_add_(0, i, s), lambda: (torch.zeros(2), i64(3), torch.ones(1))),
     "index_copy_": (lambda x, i, s: x.clone().index_copy_(1, i, s), lambda: (X(), i64(4), torch.ones(3, 1))),
     "index_fill_": (lambda x, i: x.clone().index_fill_(0, i, 2.0), lambda: (X(), i64(-4))),
     "take": (lambda x, i: torch.take(x, i), lambda: (X(), i64(3, 12))),

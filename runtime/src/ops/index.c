@@ -286,7 +286,7 @@ static tpu_status_t* tpu_idx_two(tpu_val_t v, tpu_val_t i, tpu_val_t* outs, int*
 typedef enum tpu_idx_msg {
   TPU_IDX_MSG_SELF,      /* IndexError: index out of range in self */
   TPU_IDX_MSG_BOUNDS,    /* IndexError: index i is out of bounds for dimension d with size n */
-  TPU_IDX_MSG_BOUNDS_RT, /* the same text as a RuntimeError (gather, scatter, index_add) */
+  TPU_IDX_MSG_BOUNDS_RT, /* the same text as a RuntimeError (gather, scatter, index_add of a matrix) */
   TPU_IDX_MSG_COPY,      /* IndexError: index_copy_(): index i is out of bounds ... */
   TPU_IDX_MSG_TAKE,      /* IndexError: out of range: tried to access index i on a tensor of n elements. */
   TPU_IDX_MSG_SELECT,    /* IndexError: select(): index i out of range for tensor of size [..] at dimension d */
@@ -658,7 +658,9 @@ static tpu_status_t* tpu_lower_index_add(tpu_builder_t* b, tpu_op_t* op, int max
   (void)max_outs;
   tpu_aval_t in = tpu_op_aval(op, 0);
   int dim;
-  tpu_val_t idx = tpu_idx_along_args(b, op, &dim, (tpu_idx_rule_t){false, TPU_IDX_MSG_BOUNDS_RT, NULL}, "index_add");
+  /* CPU's kernel for a 1-D (or 0-d) self raises IndexError, the one for more dims a RuntimeError */
+  const tpu_idx_msg_t msg = in.rank > 1 ? TPU_IDX_MSG_BOUNDS_RT : TPU_IDX_MSG_SELF;
+  tpu_val_t idx = tpu_idx_along_args(b, op, &dim, (tpu_idx_rule_t){false, msg, NULL}, "index_add");
   if (tpu_op_aval(op, 3).dtype != in.dtype) {
     TPU_B_FAIL(b, TPU_INVALID_ARGUMENT, "index_add_(): self (%s) and source (%s) must have the same scalar type",
                tpu_dtype_name(in.dtype), tpu_dtype_name(tpu_op_aval(op, 3).dtype));
@@ -781,8 +783,14 @@ static tpu_status_t* tpu_lower_masked_scatter(tpu_builder_t* b, tpu_op_t* op, in
   tpu_val_t mask = tpu_idx_mask_arg(b, op, 1, &in, "masked_scatter_");
   tpu_val_t x = tpu_op_tensor(b, op, 0);
   int64_t n = tpu_aval_numel(&in), m = tpu_aval_numel(&sa);
-  if (n == 0 || m == 0) return tpu_idx_one(x, outs, nouts);
+  if (n == 0 || !tpu_b_ok(b)) return tpu_idx_one(x, outs, nouts);
   tpu_val_t fm = tpu_b_reshape(b, mask, 1, &n);
+  /* More true positions than source elements: CPU refuses; the gather would clamp. */
+  int64_t d0 = 0;
+  tpu_val_t ones = tpu_b_reduce(b, tpu_b_convert(b, fm, TPU_I64), tpu_idx_c64(b, 0), 1, &d0, "stablehlo.add");
+  tpu_op_check(b, op, tpu_b_compare(b, "GT", ones, tpu_idx_c64(b, m)), TPU_NOVAL, TPU_INVALID_ARGUMENT,
+               "Number of elements of source < number of ones in mask");
+  if (m == 0) return tpu_idx_one(x, outs, nouts);
   tpu_val_t pos = tpu_idx_mask_rank(b, fm);
   tpu_val_t src = tpu_b_reshape(b, tpu_op_tensor(b, op, 2), 1, &m);
   tpu_val_t g = tpu_idx_select(b, src, 0, pos);
