@@ -72,3 +72,44 @@ def test_allocation_larger_than_the_device_raises_at_once():
     del big
     x = torch.arange(6.0, device="tpu")
     torch.testing.assert_close((x * 2).cpu(), torch.arange(6.0) * 2)
+
+
+def _overlap_cases():
+    def add_(x):  # an unboxed kernel
+        x[1:] += x[:-1]
+
+    def copy_(x):  # the binding's copy
+        x[1:].copy_(x[:-1])
+
+    def out(x):  # the boxed fallback, out=
+        torch.mul(x[:-1], 2, out=x[1:])
+
+    def addcmul_(x):  # the boxed fallback, in place
+        x[1:].addcmul_(x[:-1], x[1:])
+
+    def full_overlap(x):  # the same memory, read then written: allowed
+        x.add_(x)
+        torch.mul(x, 2, out=x)
+        x.addcmul_(x, x[torch.arange(6) % 6])
+
+    return {"add_": add_, "copy_": copy_, "out": out, "addcmul_": addcmul_, "full_overlap": full_overlap}
+
+
+@pytest.mark.parametrize("name", ["add_", "copy_", "out", "addcmul_", "full_overlap"])
+def test_partial_overlap_of_input_and_output_as_cpu(name):
+    """x[1:] += x[:-1]: CPU refuses to write a tensor that shares part of its memory
+    with an input; tpu raises the same error rather than give a result CPU never does."""
+    fn = _overlap_cases()[name]
+    x = torch.arange(6.0)
+    y = x.to("tpu")
+    try:
+        fn(x)
+    except RuntimeError as e:
+        with pytest.raises(RuntimeError) as info:
+            fn(y)
+        assert str(info.value).split("\n")[0] == str(e).split("\n")[0]
+        assert "refer to a single memory location" in str(e)
+        assert y.cpu().tolist() == list(range(6))  # nothing written
+    else:
+        fn(y)
+        assert y.cpu().tolist() == x.tolist()

@@ -134,6 +134,7 @@ struct OpInfo {
   // result, or an empty out=, takes the operands' layout (layout.h).
   bool pointwise = false;
   int pointwise_out = -1;  // the out= argument of such an op
+  bool writes = false;     // some argument is written: in-place self, out=, a mutated buffer
 };
 
 std::vector<int> return_aliases(const c10::FunctionSchema& schema, std::vector<bool>* arg_returned);
@@ -187,6 +188,7 @@ std::unique_ptr<OpInfo> make_op_info(const c10::OperatorHandle& op) {
       ++writes;
       if (info->args[i].out && is_tensor_type(info->args[i].type)) out = static_cast<int>(i);
     }
+  info->writes = writes > 0;
   const bool one_tensor = info->ret_types.size() == 1 && is_tensor_type(info->ret_types[0]);
   if (op.hasTag(at::Tag::pointwise) && !op.hasTag(at::Tag::nondeterministic_seeded) && one_tensor) {
     info->pointwise = writes == 0 && info->ret_alias[0] < 0;
@@ -471,6 +473,19 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   tpu_fallback_as_laid_out(op, c);
 }
 
+// A written tensor sharing part of its memory with an input (x[1:] += x[:-1]): CPU
+// and CUDA refuse it ("some elements of the input tensor and the written-to tensor
+// refer to a single memory location"); the lowering, reading a snapshot of the
+// input, would give a result neither of them gives.
+void check_no_partial_overlap(const Call& c) {
+  for (size_t i = 0; i < c.nargs(); ++i) {
+    if (!c.info.args[i].write || !c.arg(i).isTensor()) continue;
+    const at::Tensor& written = c.arg(i).toTensor();
+    for (size_t j = 0; j < c.nargs(); ++j)
+      if (!c.info.args[j].write && c.arg(j).isTensor()) at::assert_no_partial_overlap(written, c.arg(j).toTensor());
+  }
+}
+
 // The fallback with the operands as they are.
 void tpu_fallback_as_laid_out(const c10::OperatorHandle& op, const Call& c) {
   const OpInfo& info = c.info;
@@ -482,6 +497,7 @@ void tpu_fallback_as_laid_out(const c10::OperatorHandle& op, const Call& c) {
     return;
   }
   const int device = op_device(c);
+  if (info.writes) check_no_partial_overlap(c);
   ArgStore store;
   int list_elems = 0;
   ArgList args = marshal_args(c, device, store, &list_elems);

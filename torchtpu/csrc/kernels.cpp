@@ -195,6 +195,7 @@ at::Tensor tpu_copy_from(const at::Tensor& self, const at::Tensor& dst, bool non
   const bool src_tpu = self.device().type() == kTpu;
   const bool dst_tpu = dst.device().type() == kTpu;
   at::assert_no_internal_overlap(dst);
+  at::assert_no_partial_overlap(dst, self);  // x[1:].copy_(x[:-1]): refused, as CPU's TensorIterator does
   if (!src_tpu && dst_tpu) {
     TORCH_CHECK(self.device().is_cpu(), "tpu: copies from ", self.device(), " to tpu are not supported");
     at::Tensor host = stored_for(self.expand(dst.sizes()), dst);

@@ -14,6 +14,7 @@
 // CPU tensor that is not a 0-dim scalar, operands on two tpus, a
 // CPU `self`, and a lowering that answers UNIMPLEMENTED (a dtype it lacks;
 // TORCHTPU_CPU_FALLBACK applies there).
+#include <ATen/MemoryOverlap.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 #include <torch/library.h>
@@ -74,6 +75,7 @@ std::optional<at::Tensor> run(int op, const at::Tensor& self, const at::Tensor& 
   if ((h.in_place && self.device().type() != kTpu) || !tensor_operand(self, &device, full, &args[0]) ||
       !tensor_operand(other, &device, full, &args[1]) || device < 0)
     return std::nullopt;
+  if (h.in_place) at::assert_no_partial_overlap(self, other);  // as the fallback (check_no_partial_overlap)
   int nargs = 2;
   if (alpha) {
     std::memset(&args[2], 0, sizeof(args[2]));
