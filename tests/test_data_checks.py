@@ -46,7 +46,8 @@ CASES = {
                                                                                        torch.zeros(0, device=d)),
     "cholesky_inverse_zero_pivot": lambda d: torch.cholesky_inverse(t([[1.0, 0.0], [1.0, 0.0]], device=d)),
     # check_errors=True: what the default (False) returns as `info`, raised
-    "cholesky_ex_not_positive_definite": lambda d: torch.linalg.cholesky_ex(-torch.eye(3, device=d), check_errors=True)[0],
+    "cholesky_ex_not_positive_definite": lambda d: torch.linalg.cholesky_ex(-torch.eye(3, device=d),
+                                                                            check_errors=True)[0],
     "inv_ex_singular": lambda d: torch.linalg.inv_ex(SINGULAR.to(d), check_errors=True)[0],
     "solve_ex_singular": lambda d: torch.linalg.solve_ex(SINGULAR.to(d), torch.ones(3, device=d), check_errors=True)[0],
     "lu_factor_ex_singular": lambda d: torch.linalg.lu_factor_ex(SINGULAR.to(d), check_errors=True)[0],

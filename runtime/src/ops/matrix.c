@@ -198,7 +198,8 @@ void tpu_mx_check_info(tpu_builder_t* b, tpu_op_t* op, tpu_val_t info, tpu_statu
     tpu_aval_t ia = *tpu_b_aval(b, info);
     tpu_val_t flat = tpu_b_reshape(b, info, 1, (int64_t[]){tpu_aval_numel(&ia)});
     tpu_aval_t fa = *tpu_b_aval(b, flat);
-    tpu_val_t from_end = tpu_b_binary(b, "stablehlo.subtract", tpu_b_full(b, &fa, (double)fa.dims[0]), tpu_b_iota(b, &fa, 0));
+    tpu_val_t from_end =
+        tpu_b_binary(b, "stablehlo.subtract", tpu_b_full(b, &fa, (double)fa.dims[0]), tpu_b_iota(b, &fa, 0));
     tpu_val_t key = tpu_b_select(b, tpu_b_compare(b, "NE", flat, tpu_b_full(b, &fa, 0.0)), from_end,
                                  tpu_b_full(b, &fa, 0.0));
     int64_t d0 = 0;
