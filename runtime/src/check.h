@@ -31,8 +31,9 @@
  * next sync fails with `code` (TPU_OUT_OF_RANGE → IndexError, TPU_LINALG_ERROR →
  * torch.linalg.LinAlgError, others → RuntimeError) and the printf-formatted
  * message. Each "{}" in the formatted message is replaced by `value` (a 0-d
- * integer value, e.g. the offending index, or TPU_NOVAL) when the error is raised. Several checks of one op combine; the
- * first failing one (in call order) is reported. */
+ * integer value, e.g. the offending index, or TPU_NOVAL) when the error is
+ * raised. Several checks of one op combine; the first failing one (in call
+ * order) is reported. */
 void tpu_op_check(tpu_builder_t* b, tpu_op_t* op, tpu_val_t bad, tpu_val_t value, tpu_status_code_t code,
                   const char* fmt, ...) TPU_PRINTF_ATTR(6, 7);
 

@@ -785,13 +785,14 @@ static tpu_status_t* tpu_lower_masked_scatter(tpu_builder_t* b, tpu_op_t* op, in
   int64_t n = tpu_aval_numel(&in), m = tpu_aval_numel(&sa);
   if (n == 0 || !tpu_b_ok(b)) return tpu_idx_one(x, outs, nouts);
   tpu_val_t fm = tpu_b_reshape(b, mask, 1, &n);
-  /* More true positions than source elements: CPU refuses; the gather would clamp. */
-  int64_t d0 = 0;
-  tpu_val_t ones = tpu_b_reduce(b, tpu_b_convert(b, fm, TPU_I64), tpu_idx_c64(b, 0), 1, &d0, "stablehlo.add");
-  tpu_op_check(b, op, tpu_b_compare(b, "GT", ones, tpu_idx_c64(b, m)), TPU_NOVAL, TPU_INVALID_ARGUMENT,
+  tpu_val_t pos = tpu_idx_mask_rank(b, fm);
+  /* More true positions than source elements (the last rank, count - 1, reaches m):
+   * CPU refuses; the gather would clamp. */
+  int64_t last = n - 1;
+  tpu_val_t count_m1 = tpu_b_reshape(b, tpu_b_slice(b, pos, &last, &n, NULL), 0, NULL);
+  tpu_op_check(b, op, tpu_b_compare(b, "GE", count_m1, tpu_idx_c64(b, m)), TPU_NOVAL, TPU_INVALID_ARGUMENT,
                "Number of elements of source < number of ones in mask");
   if (m == 0) return tpu_idx_one(x, outs, nouts);
-  tpu_val_t pos = tpu_idx_mask_rank(b, fm);
   tpu_val_t src = tpu_b_reshape(b, tpu_op_tensor(b, op, 2), 1, &m);
   tpu_val_t g = tpu_idx_select(b, src, 0, pos);
   tpu_val_t r = tpu_b_select(b, fm, g, tpu_b_reshape(b, x, 1, &n));

@@ -119,7 +119,8 @@ static tpu_val_t tpu_la_cholesky_info(tpu_builder_t* b, tpu_val_t x, tpu_val_t l
   tpu_aval_t ra = *tpu_b_aval(b, lr);
   /* good entries are finite; a good diagonal is > 0 */
   tpu_val_t finite = tpu_b_unary(b, "stablehlo.is_finite", lr);
-  if (cplx) finite = tpu_b_binary(b, "stablehlo.and", finite, tpu_b_unary(b, "stablehlo.is_finite", tpu_ops_part(b, l, true)));
+  if (cplx)
+    finite = tpu_b_binary(b, "stablehlo.and", finite, tpu_b_unary(b, "stablehlo.is_finite", tpu_ops_part(b, l, true)));
   tpu_aval_t ia = tpu_mx_retype(&ra, TPU_I32);
   tpu_val_t diag = tpu_b_compare(b, "EQ", tpu_b_iota(b, &ia, r - 2), tpu_b_iota(b, &ia, r - 1));
   tpu_val_t pos = tpu_b_compare(b, "GT", lr, tpu_b_full(b, &ra, 0.0));
@@ -163,7 +164,8 @@ static tpu_status_t* tpu_lower_linalg_cholesky_ex(tpu_builder_t* b, tpu_op_t* op
   (void)max_outs;
   if (!tpu_la_check(b, op, 0, true, "linalg.cholesky")) return NULL;
   outs[0] = tpu_la_cholesky(b, op, tpu_op_bool(op, 1, false), &outs[1]);
-  if (tpu_op_bool(op, 2, false)) tpu_mx_check_info(b, op, outs[1], TPU_LINALG_ERROR, TPU_LA_NOT_PD("linalg.cholesky_ex"));
+  if (tpu_op_bool(op, 2, false))
+    tpu_mx_check_info(b, op, outs[1], TPU_LINALG_ERROR, TPU_LA_NOT_PD("linalg.cholesky_ex"));
   *nouts = 2;
   return NULL;
 }
